@@ -1,11 +1,11 @@
 """The one error hierarchy.
 
-    TenureError
-    ├── InvalidArgument (ValueError)    you did it: a bad name, TTL, URL or option
-    ├── StoreUnavailable (ConnectionError)  the store cannot be reached, read or written
-    ├── NotAcquired (TimeoutError)      the lock is held elsewhere (no wait, or the timeout passed)
-    ├── LeaseLost                       the world did it: the lease expired or the store dropped it
-    └── StaleToken                      a fence refused a token lower than one it already accepted
+TenureError
+├── InvalidArgument (ValueError)    you did it: a bad name, TTL, URL or option
+├── StoreUnavailable (ConnectionError)  the store cannot be reached, read or written
+├── NotAcquired (TimeoutError)      the lock is held elsewhere (no wait, or the timeout passed)
+├── LeaseLost                       the world did it: the lease expired or the store dropped it
+└── StaleToken                      a fence refused a token lower than one it already accepted
 """
 
 from __future__ import annotations

@@ -1,0 +1,40 @@
+"""tenure: distributed locks, leases and fencing tokens — safe by default.
+
+Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md.
+"""
+
+from ._client import AsyncClient, Client, Lease, connect, connect_async
+from ._clock import Clock
+from ._errors import (
+    InvalidArgument,
+    LeaseLost,
+    NotAcquired,
+    StaleToken,
+    StoreUnavailable,
+    TenureError,
+)
+from ._lease import AsyncLease
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN
+from .stores._spi import Capabilities, LockInfo, Owner
+
+__all__ = [
+    "DEFAULT_DRIFT",
+    "DEFAULT_MARGIN",
+    "AsyncClient",
+    "AsyncLease",
+    "Capabilities",
+    "Client",
+    "Clock",
+    "InvalidArgument",
+    "Lease",
+    "LeaseLost",
+    "LockInfo",
+    "NotAcquired",
+    "Owner",
+    "StaleToken",
+    "StoreUnavailable",
+    "TenureError",
+    "connect",
+    "connect_async",
+]
+__version__ = "0.1.0"

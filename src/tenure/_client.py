@@ -1,0 +1,346 @@
+"""Clients: ``connect_async`` (the implementation) and ``connect`` (its sync facade).
+
+The sync client runs an ``AsyncClient`` on a private event loop in a daemon thread and calls into
+it through an anyio blocking portal: one implementation of every recipe, and the loop thread is
+also what renews sync leases while the caller's thread does its work.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.from_thread import BlockingPortal
+
+from ._clock import REAL_CLOCK, Clock
+from ._errors import LeaseLost, TenureError
+from ._lease import AsyncLease, LostCallback
+from ._lock import AsyncHold, WaitCallback, acquire, check_timeout
+from ._names import check_name
+from ._session import SessionKeeper
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
+from ._url import open_store
+from .stores._spi import LockInfo, Owner, Store
+
+T = TypeVar("T")
+DEFAULT_TTL = 30.0
+
+
+class AsyncClient:
+    """A connection to one store. Use as ``async with tenure.connect_async(url) as client``."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        drift: float = DEFAULT_DRIFT,
+        margin: float = DEFAULT_MARGIN,
+        label: str = "",
+        clock: Clock = REAL_CLOCK,
+    ) -> None:
+        Timing(DEFAULT_TTL, drift, margin)  # validate drift and margin now
+        self.store = store
+        self.clock = clock
+        self.drift = drift
+        self.margin = margin
+        self.owner = Owner(socket.gethostname(), os.getpid(), label)
+        self._sessions: dict[float, SessionKeeper] = {}
+        self._session_lock = anyio.Lock()
+        self._tg: TaskGroup | None = None
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    async def __aenter__(self) -> AsyncClient:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Release every lock held through this client and end its sessions."""
+        keepers, self._sessions = list(self._sessions.values()), {}
+        for keeper in keepers:
+            await keeper.close()
+        await self.store.aclose()
+
+    async def _session(self, ttl: float) -> SessionKeeper:
+        """The live session for this TTL, opened (and its keeper started) on first use."""
+        if self._tg is None:
+            raise TenureError("use the client as `async with tenure.connect_async(...)`")
+        timing = Timing(ttl, self.drift, self.margin)
+        async with self._session_lock:
+            keeper = self._sessions.get(timing.ttl)
+            if keeper is None or keeper.expired():
+                keeper = await SessionKeeper.open(self.store, timing, self.owner, self.clock)
+                self._sessions[timing.ttl] = keeper
+                self._tg.start_soon(keeper.run)
+            return keeper
+
+    async def acquire(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+    ) -> AsyncLease:
+        """Acquire ``name`` and return its lease; release it with ``await lease.release()``.
+
+        Raises ``NotAcquired`` if it is held and ``wait`` is False or ``timeout`` passes.
+        ``on_wait(holder)`` is called whenever the holder seen while waiting changes.
+        """
+        check_name(name)
+        Timing(ttl, self.drift, self.margin)
+        timeout = check_timeout(timeout)
+        return await acquire(self, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+
+    def lock(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+    ) -> AsyncHold:
+        """``async with client.lock(name, ttl=30) as lease``; a lost lease cancels the body."""
+        check_name(name)
+        Timing(ttl, self.drift, self.margin)
+        check_timeout(timeout)
+        return AsyncHold(
+            lambda: self.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+        )
+
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        """Who holds what, as the store sees it now."""
+        if name is not None:
+            check_name(name)
+        return await self.store.locks(name)
+
+
+@asynccontextmanager
+async def connect_async(
+    url: str | None = None,
+    *,
+    drift: float = DEFAULT_DRIFT,
+    margin: float = DEFAULT_MARGIN,
+    label: str = "",
+    clock: Clock = REAL_CLOCK,
+) -> AsyncIterator[AsyncClient]:
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    store = open_store(url)
+    async with AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock) as client:
+        yield client
+
+
+class Lease:
+    """A sync view of a lease: the same names as ``AsyncLease``, with a blocking release."""
+
+    def __init__(self, inner: AsyncLease, client: Client) -> None:
+        self._inner = inner
+        self._client = client
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    name = property(lambda self: self._inner.name)
+    token = property(lambda self: self._inner.token)
+    ttl = property(lambda self: self._inner.ttl)
+    deadline = property(lambda self: self._inner.deadline)
+    lost = property(lambda self: self._inner.lost)
+    lost_reason = property(lambda self: self._inner.lost_reason)
+    released = property(lambda self: self._inner.released)
+
+    def remaining(self) -> float:
+        return self._inner.remaining()
+
+    def check(self) -> None:
+        self._inner.check()
+
+    def on_lost(self, callback: Callable[[Lease], Any]) -> None:
+        """Call ``callback(lease)`` once on loss; it runs on the client's event-loop thread."""
+        cb: LostCallback = lambda _inner: callback(self)  # noqa: E731
+        self._inner.on_lost(cb)
+
+    def release(self) -> None:
+        self._client._call(self._inner.release)
+
+
+class Client:
+    """The sync client. ``client = tenure.connect()``; close it with ``client.close()``."""
+
+    def __init__(self, make: Callable[[], AsyncClient]) -> None:
+        ready: Future[BlockingPortal] = Future()
+        self._thread = threading.Thread(
+            target=anyio.run, args=(self._serve, ready), name="tenure-loop", daemon=True
+        )
+        self._thread.start()
+        self._portal = ready.result()
+        self._cm = self._portal.wrap_async_context_manager(_entered(make))
+        try:
+            self._async: AsyncClient = self._cm.__enter__()
+        except BaseException:
+            self._portal.call(self._portal.stop)
+            raise
+        self._finalizer = weakref.finalize(self, _close_quietly, self._cm, self._portal)
+        atexit.register(self._finalizer)
+
+    @staticmethod
+    async def _serve(ready: Future[BlockingPortal]) -> None:
+        async with BlockingPortal() as portal:
+            ready.set_result(portal)
+            await portal.sleep_until_stopped()
+
+    @property
+    def url(self) -> str:
+        return self._async.url
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release every lock held through this client and stop its thread. Idempotent."""
+        self._finalizer()
+        atexit.unregister(self._finalizer)
+
+    def _call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``func`` on the loop; if this thread is interrupted (Ctrl-C), cancel it there.
+
+        The task always finishes and hands back its result, so a lease granted just as the
+        interrupt came is released here rather than left held by nobody.
+        """
+        scopes: list[anyio.CancelScope] = []
+
+        async def run(*args: Any) -> T | None:
+            with anyio.CancelScope() as scope:
+                scopes.append(scope)
+                return await func(*args, **kwargs)
+            return None
+
+        future = self._portal.start_task_soon(run, *args)
+        try:
+            result = future.result()
+        except BaseException:
+            if future.done():
+                raise  # the task's own error
+            self._portal.call(_cancel, scopes)
+            late = future.result()
+            if isinstance(late, AsyncLease):
+                self._portal.call(late.release)
+            raise
+        if result is None and scopes and scopes[0].cancelled_caught:
+            raise TenureError("the client is closing")
+        return cast(T, result)
+
+    def acquire(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+    ) -> Lease:
+        """Acquire ``name``; release with ``lease.release()``. See ``AsyncClient.acquire``."""
+        inner = self._call(
+            self._async.acquire, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait
+        )
+        return Lease(inner, self)
+
+    @contextmanager
+    def _hold(self, lease: Lease) -> Iterator[Lease]:
+        try:
+            yield lease
+        except BaseException:
+            lease.release()
+            raise
+        lost = lease.lost
+        lease.release()
+        if lost:
+            raise LeaseLost(
+                f"lease on {lease.name!r} (token {lease.token}) lost: {lease.lost_reason}"
+            )
+
+    def lock(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+    ) -> AbstractContextManager[Lease]:
+        """``with client.lock(name, ttl=30) as lease``: released on exit; raises if lost."""
+        check_name(name)
+        Timing(ttl, self._async.drift, self._async.margin)
+        check_timeout(timeout)
+        client = self
+
+        @contextmanager
+        def hold() -> Iterator[Lease]:
+            lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+            with client._hold(lease) as held:
+                yield held
+
+        return hold()
+
+    def locks(self, name: str | None = None) -> list[LockInfo]:
+        return self._call(self._async.locks, name)
+
+
+async def _cancel(scopes: list[anyio.CancelScope]) -> None:
+    for scope in scopes:
+        scope.cancel()
+
+
+@asynccontextmanager
+async def _entered(make: Callable[[], AsyncClient]) -> AsyncIterator[AsyncClient]:
+    async with make() as client:
+        yield client
+
+
+def _close_quietly(cm: AbstractContextManager[AsyncClient], portal: BlockingPortal) -> None:
+    try:
+        cm.__exit__(None, None, None)
+    finally:
+        portal.call(portal.stop)
+
+
+def connect(
+    url: str | None = None,
+    *,
+    drift: float = DEFAULT_DRIFT,
+    margin: float = DEFAULT_MARGIN,
+    label: str = "",
+    clock: Clock = REAL_CLOCK,
+) -> Client:
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    store = open_store(url)
+    return Client(lambda: AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock))

@@ -1,0 +1,101 @@
+"""Leases: what a holder has, and how loss reaches it (DESIGN rule 5).
+
+``AsyncLease`` is the lease itself; the sync ``Lease`` is a view of one that releases through the
+client's event-loop thread. Loss is decided by the session's ``LeaseState``; this module turns it
+into the effects: ``lost`` reads true, callbacks run once, cancel scopes of ``async with`` bodies
+are cancelled, ``check()`` raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._errors import LeaseLost
+
+if TYPE_CHECKING:
+    from ._session import SessionKeeper
+
+LostCallback = Callable[["AsyncLease"], Any]
+
+
+class AsyncLease:
+    """One grant of one lock to one session."""
+
+    def __init__(self, keeper: SessionKeeper, name: str, token: int) -> None:
+        self._keeper = keeper
+        self.name = name
+        self.token = token
+        self.ttl = keeper.state.timing.ttl
+        self.released = False
+        self._lost_reason: str | None = None
+        self._callbacks: list[LostCallback] = []
+        self._scopes: list[anyio.CancelScope] = []
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else "released" if self.released else "held"
+        return f"<Lease {self.name!r} token={self.token} {state}>"
+
+    @property
+    def deadline(self) -> float:
+        """Local monotonic time (see ``tenure.Clock``) after which the holder must not act."""
+        return self._keeper.state.deadline
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is lost; reads the clock, so it is never late."""
+        if self._lost_reason is None and not self.released and self._keeper.expired():
+            return True
+        return self._lost_reason is not None
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lost_reason or (self._keeper.state.lost_reason if self.lost else None)
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (0 once lost or released)."""
+        if self.lost or self.released:
+            return 0.0
+        return max(0.0, self.deadline - self._keeper.clock.now())
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` unless the lease is still held and before its deadline."""
+        if self.lost:
+            raise LeaseLost(f"lease on {self.name!r} (token {self.token}) lost: {self.lost_reason}")
+        if self.released:
+            raise LeaseLost(f"lease on {self.name!r} (token {self.token}) was released")
+
+    def on_lost(self, callback: LostCallback) -> None:
+        """Call ``callback(lease)`` once when the lease is lost (at once if it already is).
+
+        Callbacks run on the client's event loop: keep them short and non-blocking.
+        """
+        if self._lost_reason is not None:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _cancel_on_loss(self, scope: anyio.CancelScope) -> None:
+        self._scopes.append(scope)
+        if self._lost_reason is not None:
+            scope.cancel()
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost_reason is not None or self.released:
+            return
+        self._lost_reason = reason
+        for scope in self._scopes:
+            scope.cancel()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    async def release(self) -> None:
+        """Release the lock if this lease still holds it. A no-op once lost or released."""
+        if self.released:
+            return
+        self.released = True
+        self._callbacks.clear()
+        await self._keeper.release(self)

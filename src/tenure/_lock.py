@@ -1,0 +1,132 @@
+"""The lock recipe: acquire over the store contract, and the ``async with`` hold.
+
+Written once for every store. A waiting caller joins the store's queue, sleeps until the store
+wakes it (or until the holder could have expired), and leaves the queue on timeout or
+cancellation, so no failed acquire leaves a trace.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._errors import InvalidArgument, LeaseLost, NotAcquired
+from ._lease import AsyncLease
+from .stores._spi import Busy, LockInfo
+
+if TYPE_CHECKING:
+    from ._client import AsyncClient
+    from ._session import SessionKeeper
+
+WaitCallback = Callable[[LockInfo | None], None]
+MAX_NAP = 2.0
+"""Longest sleep between attempts when no wake-up comes (the bounded polling fallback)."""
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise InvalidArgument(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+async def acquire(
+    client: AsyncClient,
+    name: str,
+    ttl: float,
+    *,
+    wait: bool,
+    timeout: float | None,
+    on_wait: WaitCallback | None,
+) -> AsyncLease:
+    clock = client.clock
+    give_up = math.inf if timeout is None else clock.now() + timeout
+    ticket: object | None = None
+    keeper: SessionKeeper | None = None
+    last_holder: object = ()
+    try:
+        while True:
+            if keeper is None or keeper.expired():
+                if ticket is not None and keeper is not None:
+                    await _leave(keeper, ticket)
+                    ticket = None
+                keeper = await client._session(ttl)
+            t_sent = clock.now()
+            try:
+                # Shielded: a grant made by the store must reach us, or nobody would release it.
+                with anyio.CancelScope(shield=True):
+                    outcome = await keeper.store.attempt(keeper.handle, name, ticket, wait)
+            except LeaseLost:
+                keeper.lose("the store says the session is gone")
+                continue
+            if not isinstance(outcome, Busy):
+                ticket = None  # the store removed it from the queue with the grant
+                lease = AsyncLease(keeper, name, outcome.token)
+                keeper.leases.add(lease)
+                if outcome.renewed_session:
+                    keeper.confirm_grant(t_sent)
+                if keeper.expired():  # the session died meanwhile: the grant is worthless
+                    continue
+                return lease  # no checkpoint between the grant and here
+            ticket = outcome.ticket
+            if on_wait is not None and outcome.holder != last_holder:
+                last_holder = outcome.holder
+                on_wait(outcome.holder)
+            left = give_up - clock.now()
+            if not wait or left <= 0:
+                holder = outcome.holder
+                who = f" by {holder.owner.host} pid {holder.owner.pid}" if holder else ""
+                raise NotAcquired(f"lock {name!r} is held{who}", holder)
+            nap = min(left, MAX_NAP, outcome.retry_in if outcome.retry_in is not None else MAX_NAP)
+            assert ticket is not None
+            await keeper.store.wait(ticket, outcome, max(nap, 0.0))
+    except BaseException:
+        if ticket is not None and keeper is not None:
+            await _leave(keeper, ticket)
+        raise
+
+
+async def _leave(keeper: SessionKeeper, ticket: object) -> None:
+    with anyio.CancelScope(shield=True):
+        await keeper.store.leave(ticket)
+
+
+class AsyncHold:
+    """``async with client.lock(name) as lease``: the body is cancelled if the lease is lost."""
+
+    def __init__(self, acquire: Callable[[], Awaitable[AsyncLease]]) -> None:
+        self._acquire = acquire
+        self._lease: AsyncLease | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    async def __aenter__(self) -> AsyncLease:
+        lease = await self._acquire()
+        self._lease = lease
+        self._scope = anyio.CancelScope()
+        self._scope.__enter__()
+        lease._cancel_on_loss(self._scope)
+        return lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._lease is not None and self._scope is not None
+        lease = self._lease
+        swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
+        lost = lease.lost
+        await lease.release()
+        if lost and (exc is None or swallowed):
+            raise LeaseLost(
+                f"lease on {lease.name!r} (token {lease.token}) lost: {lease.lost_reason}"
+            ) from None
+        return swallowed

@@ -1,0 +1,24 @@
+"""Validation of lock names: one clear error for a name no store could hold safely."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from ._errors import InvalidArgument
+
+MAX_NAME_BYTES = 255
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"lock name must be a string, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgument("lock name must not be empty")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise InvalidArgument(f"lock name is longer than {MAX_NAME_BYTES} bytes: {name[:40]!r}…")
+    for char in name:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            raise InvalidArgument(f"lock name contains a control character: {name!r}")
+    if name != name.strip():
+        raise InvalidArgument(f"lock name must not start or end with whitespace: {name!r}")
+    return name

@@ -1,0 +1,129 @@
+"""The session keeper: one per (client, TTL), renewing every lock the session holds at once.
+
+The only renewal loop in tenure; every store and both APIs use it (DESIGN rules 3–5). It renews
+every ttl/3, retries with back-off inside the window, never waits for an answer past the
+deadline, and turns "the store says gone" or "the deadline passed" into loss of every lease the
+session holds.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from ._clock import Clock
+from ._errors import StoreUnavailable
+from ._lease import AsyncLease
+from ._state import LeaseState, Timing
+from .stores._spi import Owner, Session, Store
+
+log = logging.getLogger("tenure")
+
+
+class SessionKeeper:
+    def __init__(self, store: Store, handle: Session, state: LeaseState, clock: Clock) -> None:
+        self.store = store
+        self.handle = handle
+        self.state = state
+        self.clock = clock
+        self.leases: set[AsyncLease] = set()
+        self._stopped = anyio.Event()
+
+    @classmethod
+    async def open(cls, store: Store, timing: Timing, owner: Owner, clock: Clock) -> SessionKeeper:
+        t_sent = clock.now()
+        handle = await store.open_session(timing.ttl, owner)
+        return cls(store, handle, LeaseState(timing, t_sent), clock)
+
+    def expired(self) -> bool:
+        """Lost, or past the deadline (noticed even if this task is starved)."""
+        if self.state.expire(self.clock.now()):
+            self._lose_leases()
+        return self.state.lost
+
+    def lose(self, reason: str) -> None:
+        if self.state.lose(reason):
+            log.warning("tenure: session on %s lost: %s", self.store.url, reason)
+        self._lose_leases()
+
+    def _lose_leases(self) -> None:
+        reason = self.state.lost_reason or "lost"
+        for lease in list(self.leases):
+            lease._mark_lost(reason)
+        self._stopped.set()
+
+    async def run(self) -> None:
+        """Keep the session alive until it is lost or closed."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_deadline)
+            await self._renew_loop()
+            tg.cancel_scope.cancel()
+
+    async def _watch_deadline(self) -> None:
+        """Declare loss at the deadline even while a renewal call is stuck (e.g. in a thread)."""
+        while not self.expired():
+            await anyio.sleep(max(0.0, self.state.deadline - self.clock.now()))
+
+    async def _renew_loop(self) -> None:
+        while not self.expired() and not self._stopped.is_set():
+            with anyio.move_on_after(self.state.next_renewal() - self.clock.now()):
+                await self._stopped.wait()
+            if self._stopped.is_set():
+                return
+            await self._renew()
+
+    async def _renew(self) -> None:
+        attempt = 0
+        while not self.expired():
+            t_sent = self.clock.now()
+            try:
+                # Never wait for an answer past the deadline: by then the lease is lost anyway.
+                with anyio.fail_after(max(0.0, self.state.deadline - t_sent)):
+                    alive = await self.store.keep_alive(self.handle)
+            except TimeoutError:
+                self.expired()
+                continue
+            except StoreUnavailable as exc:
+                attempt += 1
+                log.info("tenure: renewal %d failed (%s); retrying", attempt, exc)
+                await anyio.sleep(self.state.retry_delay(attempt, self.clock.now()))
+                continue
+            if not alive:
+                self.lose("the store says the session is gone")
+            elif not self.state.confirm(t_sent, self.clock.now()):
+                self._lose_leases()
+            return
+
+    def confirm_grant(self, t_sent: float) -> bool:
+        """A grant that also renewed the session: its deadline counts from ``t_sent``."""
+        if self.state.confirm(t_sent, self.clock.now()):
+            return True
+        self._lose_leases()
+        return False
+
+    async def release(self, lease: AsyncLease) -> None:
+        self.leases.discard(lease)
+        if lease.lost:
+            return
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(self.handle, lease.name, lease.token)
+        except StoreUnavailable as exc:
+            # The lock cannot be deleted now; stop renewing the session so it expires within ttl.
+            self.lose(f"release of {lease.name!r} failed ({exc}); session abandoned")
+
+    async def close(self) -> None:
+        """Release everything the session holds and end it (shielded from cancellation)."""
+        self._stopped.set()
+        for lease in list(self.leases):
+            lease.released = True
+        self.leases.clear()
+        if self.state.lost:
+            return
+        self.state.lose("session closed")
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.store.close_session(self.handle)
+            except StoreUnavailable as exc:
+                log.warning("tenure: could not close session on %s: %s", self.store.url, exc)

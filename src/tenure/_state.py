@@ -1,0 +1,119 @@
+"""Lease timing as a pure state machine: no I/O, no real clock.
+
+A holder's deadline is conservative (DESIGN rule 3)::
+
+    deadline = t_sent + ttl * (1 - drift) - margin
+
+where ``t_sent`` is when the grant or renewal request was *sent*. Renewal is due every ttl/3
+(rule 4). Once lost, the state stays lost (rule 5): a confirmation that arrives after the
+deadline has passed cannot revive it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._errors import InvalidArgument
+
+DEFAULT_DRIFT = 0.01
+"""Assumed worst-case rate difference between this host's clock and the store's (1%)."""
+DEFAULT_MARGIN = 0.1
+"""Seconds taken off every deadline for scheduling delay between a check and the act."""
+MAX_TTL = 7 * 24 * 3600.0
+
+
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{what} must be a number of seconds, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidArgument(f"{what} must be finite, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timing of one TTL: how long a grant is valid locally, and when to renew it."""
+
+    ttl: float
+    drift: float = DEFAULT_DRIFT
+    margin: float = DEFAULT_MARGIN
+
+    def __post_init__(self) -> None:
+        ttl = _number(self.ttl, "ttl")
+        drift = _number(self.drift, "drift")
+        margin = _number(self.margin, "margin")
+        if ttl <= 0 or ttl > MAX_TTL:
+            raise InvalidArgument(f"ttl must be in (0, {MAX_TTL:.0f}] seconds, got {self.ttl!r}")
+        if not 0 <= drift < 0.5:
+            raise InvalidArgument(f"drift must be in [0, 0.5), got {self.drift!r}")
+        if margin < 0:
+            raise InvalidArgument(f"margin must be >= 0, got {self.margin!r}")
+        object.__setattr__(self, "ttl", ttl)
+        object.__setattr__(self, "drift", drift)
+        object.__setattr__(self, "margin", margin)
+        if self.valid_for <= self.renew_every:
+            raise InvalidArgument(
+                f"ttl {ttl:g}s is too short for margin {margin:g}s and drift {drift:g}: "
+                "the lease would expire before its first renewal"
+            )
+
+    @property
+    def valid_for(self) -> float:
+        """How long after sending a request the holder may still act on its answer."""
+        return self.ttl * (1 - self.drift) - self.margin
+
+    @property
+    def renew_every(self) -> float:
+        return self.ttl / 3
+
+
+class LeaseState:
+    """Deadline bookkeeping of one session (and so of every lease it holds)."""
+
+    def __init__(self, timing: Timing, t_sent: float) -> None:
+        self.timing = timing
+        self.deadline = t_sent + timing.valid_for
+        self.last_sent = t_sent
+        self.lost_reason: str | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.lost_reason is not None
+
+    def valid(self, now: float) -> bool:
+        """True only while not lost and strictly before the deadline."""
+        return self.lost_reason is None and now < self.deadline
+
+    def confirm(self, t_sent: float, now: float) -> bool:
+        """Record a renewal the store confirmed; False (and lost) if it came too late."""
+        if not self.valid(now):
+            self.lose("the lease expired before its renewal was confirmed")
+            return False
+        if t_sent > self.last_sent:
+            self.last_sent = t_sent
+            self.deadline = max(self.deadline, t_sent + self.timing.valid_for)
+        return True
+
+    def lose(self, reason: str) -> bool:
+        """Mark lost for good; True only the first time."""
+        if self.lost_reason is not None:
+            return False
+        self.lost_reason = reason
+        return True
+
+    def expire(self, now: float) -> bool:
+        """Mark lost if the deadline has passed; True if this call made it lost."""
+        if self.lost_reason is None and now >= self.deadline:
+            return self.lose("the deadline passed without a confirmed renewal")
+        return False
+
+    def next_renewal(self) -> float:
+        """When the next renewal is due: ttl/3 after the last confirmed request was sent."""
+        return self.last_sent + self.timing.renew_every
+
+    def retry_delay(self, attempt: int, now: float) -> float:
+        """Back-off before retry number ``attempt`` (1, 2, …), never past the deadline."""
+        base = min(self.timing.renew_every / 8, 0.05 * 2 ** (attempt - 1))
+        return float(max(0.0, min(base, self.deadline - now)))

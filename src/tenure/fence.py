@@ -1,0 +1,248 @@
+"""The resource side of fencing: refuse a token lower than one already accepted.
+
+A lease's token only protects anything if the resource checks it. Keep one small table next to the
+data you protect; admit the holder's token in the same transaction as the write, so that the check
+and the write commit (or vanish) together::
+
+    fence = SQLFence()
+    fence.ensure_table(conn)
+    # The holder got `lease` from a tenure lock and sends lease.token along with its write:
+    with fence.fenced(conn, "orders", lease.token) as cur:  # StaleToken if a newer one was seen
+        cur.execute("UPDATE orders SET state = ? WHERE id = ?", ("shipped", 42))
+
+A holder that paused past its lease and wakes up with an older token gets ``StaleToken`` and its
+write is rolled back, whatever the clocks say. Equal tokens are admitted (one lease writes many
+times), higher ones are admitted and remembered, lower ones are refused.
+
+Works with stdlib ``sqlite3`` (SQLite 3.35 or later, for RETURNING) and psycopg 3 (sync and async).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+
+from ._errors import InvalidArgument, StaleToken
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["SQLFence"]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}")
+_MAX_TOKEN = 2**63 - 1  # BIGINT in both databases
+_PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+
+_Row = TypeVar("_Row")
+
+
+class DBAPICursor(Protocol):
+    """The part of a DB-API cursor the fence uses."""
+
+    def execute(self, query: Any, params: Any = ..., /) -> object: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class SQLFence:
+    """A fence kept in one SQL table: ``(resource TEXT PRIMARY KEY, token BIGINT NOT NULL)``."""
+
+    def __init__(self, table: str = "tenure_fence") -> None:
+        if not isinstance(table, str) or not _TABLE.fullmatch(table):
+            raise InvalidArgument(f"invalid fence table name {table!r}: use [schema.]identifier")
+        # Safe to format into SQL: the regex admits only plain identifiers.
+        self.table = table
+        self._ddl = (
+            f"CREATE TABLE IF NOT EXISTS {table} (resource TEXT PRIMARY KEY, token BIGINT NOT NULL)"
+        )
+        # One statement, so check and record cannot be split by a concurrent writer. On conflict
+        # the row is updated only if the new token is not lower; no row returned means refused.
+        # PostgreSQL locks the conflicting row even when the WHERE is false, so concurrent admits
+        # of one resource serialize until commit and the later one re-checks the committed token.
+        self._upsert = (
+            f"INSERT INTO {table} AS f (resource, token) VALUES ({{p}}, {{p}}) "
+            "ON CONFLICT (resource) DO UPDATE SET token = excluded.token "
+            "WHERE f.token <= excluded.token RETURNING token"
+        )
+        self._select = f"SELECT token FROM {table} WHERE resource = {{p}}"
+
+    def __repr__(self) -> str:
+        return f"SQLFence(table={self.table!r})"
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def ensure_table(self, conn: Any) -> None:
+        """Create the table if it is missing, and commit the connection's open transaction."""
+        cur = conn.cursor()
+        try:
+            cur.execute(self._ddl)
+        finally:
+            cur.close()
+        conn.commit()
+
+    async def ensure_table_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """`ensure_table` for a ``psycopg.AsyncConnection``."""
+        await conn.execute(self._ddl)
+        await conn.commit()
+
+    # -- admit inside the caller's transaction --------------------------------------------------
+
+    def admit(self, cursor: DBAPICursor, resource: str, token: int) -> None:
+        """Admit ``token`` for ``resource`` or raise `StaleToken`; call inside an open transaction.
+
+        Admitting records the token in the caller's transaction; the caller must roll back on
+        `StaleToken` (nothing is written then, but the transaction should not go on).
+        """
+        _check(resource, token)
+        p = _placeholder(cursor)
+        cursor.execute(self._upsert.format(p=p), (resource, token))
+        # fetchall, not fetchone: an unfinished RETURNING statement keeps SQLite's write open.
+        if cursor.fetchall():
+            return
+        cursor.execute(self._select.format(p=p), (resource,))
+        raise StaleToken(resource, token, _highest(cursor.fetchall(), token))
+
+    async def admit_async(
+        self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int
+    ) -> None:
+        """`admit` for a ``psycopg.AsyncCursor``; call inside an open transaction."""
+        _check(resource, token)
+        await cursor.execute(self._upsert.format(p="%s"), (resource, token))
+        if await cursor.fetchall():
+            return
+        await cursor.execute(self._select.format(p="%s"), (resource,))
+        raise StaleToken(resource, token, _highest(await cursor.fetchall(), token))
+
+    # -- a whole fenced transaction -------------------------------------------------------------
+
+    @overload
+    def fenced(
+        self, conn: sqlite3.Connection, resource: str, token: int
+    ) -> AbstractContextManager[sqlite3.Cursor]: ...
+
+    @overload
+    def fenced(
+        self, conn: psycopg.Connection[_Row], resource: str, token: int
+    ) -> AbstractContextManager[psycopg.Cursor[_Row]]: ...
+
+    def fenced(self, conn: Any, resource: str, token: int) -> AbstractContextManager[Any]:
+        """Begin a transaction, admit ``token``, yield a cursor for the protected write.
+
+        Commits when the block ends normally; rolls back on any exception, `StaleToken` included.
+        The connection must not be inside a transaction already: this block owns the transaction.
+        """
+        _check(resource, token)
+        if isinstance(conn, sqlite3.Connection):
+            return self._fenced_sqlite(conn, resource, token)
+        if _is_psycopg(conn, "Connection"):
+            return self._fenced_psycopg(conn, resource, token)
+        raise InvalidArgument(f"fenced() supports sqlite3 and psycopg connections, not {conn!r}")
+
+    def fenced_async(
+        self, conn: psycopg.AsyncConnection[_Row], resource: str, token: int
+    ) -> AbstractAsyncContextManager[psycopg.AsyncCursor[_Row]]:
+        """`fenced` for a ``psycopg.AsyncConnection``: ``async with fence.fenced_async(...)``."""
+        _check(resource, token)
+        if not _is_psycopg(conn, "AsyncConnection"):
+            raise InvalidArgument(f"fenced_async() needs a psycopg.AsyncConnection, not {conn!r}")
+        return self._fenced_psycopg_async(conn, resource, token)
+
+    @contextmanager
+    def _fenced_sqlite(
+        self, conn: sqlite3.Connection, resource: str, token: int
+    ) -> Iterator[sqlite3.Cursor]:
+        if getattr(conn, "autocommit", None) is False:
+            # Python 3.12+ autocommit=False keeps a deferred transaction open at all times, so
+            # BEGIN IMMEDIATE is impossible and we cannot tell the caller's writes from ours.
+            raise InvalidArgument(
+                "fenced() needs a sqlite3 connection with autocommit=True or the legacy "
+                "isolation_level mode; with autocommit=False call admit() in your transaction"
+            )
+        if conn.in_transaction:
+            raise InvalidArgument("fenced() begins its own transaction: commit or roll back first")
+        cur = conn.cursor()
+        # Explicit BEGIN/COMMIT/ROLLBACK behave the same under legacy isolation_level (no implicit
+        # BEGIN inside an open transaction) and autocommit=True (where conn.commit() is a no-op).
+        # IMMEDIATE takes the write lock up front: the check and the write serialize with other
+        # writers, and no deferred read-to-write upgrade can fail half way.
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            self.admit(cur, resource, token)
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            # SQLite may already have rolled back on its own (e.g. disk full).
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
+    @contextmanager
+    def _fenced_psycopg(
+        self, conn: psycopg.Connection[_Row], resource: str, token: int
+    ) -> Iterator[psycopg.Cursor[_Row]]:
+        _require_idle(conn.info.transaction_status)
+        # Idle connection, so transaction() opens and commits a real transaction (not a
+        # savepoint inside someone else's) and rolls it back on any exception.
+        with conn.transaction(), conn.cursor() as cur:
+            self.admit(cur, resource, token)
+            yield cur
+
+    @asynccontextmanager
+    async def _fenced_psycopg_async(
+        self, conn: psycopg.AsyncConnection[_Row], resource: str, token: int
+    ) -> AsyncIterator[psycopg.AsyncCursor[_Row]]:
+        _require_idle(conn.info.transaction_status)
+        async with conn.transaction(), conn.cursor() as cur:
+            await self.admit_async(cur, resource, token)
+            yield cur
+
+
+def _check(resource: object, token: object) -> None:
+    if not isinstance(resource, str) or not resource or "\x00" in resource:
+        raise InvalidArgument(f"fence resource must be a non-empty string, not {resource!r}")
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _MAX_TOKEN:
+        raise InvalidArgument(f"fencing token must be an integer in 0..2**63-1, not {token!r}")
+
+
+def _placeholder(cursor: object) -> str:
+    # The driver's module declares its DB-API paramstyle; walk the MRO so subclasses work too.
+    for cls in type(cursor).__mro__:
+        module = sys.modules.get(cls.__module__.partition(".")[0])
+        style = getattr(module, "paramstyle", None)
+        if style in _PLACEHOLDER:
+            return _PLACEHOLDER[style]
+    raise InvalidArgument(f"cannot tell the parameter style of {type(cursor).__name__} cursors")
+
+
+def _highest(rows: list[Any], token: int) -> int:
+    if not rows:  # cannot happen: the conflicting row is locked (or the database is)
+        return token
+    row = rows[0]
+    value = next(iter(row.values())) if isinstance(row, Mapping) else row[0]
+    return int(value)
+
+
+def _is_psycopg(conn: object, name: str) -> bool:
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(conn, getattr(psycopg, name))
+
+
+def _require_idle(status: object) -> None:
+    name = getattr(status, "name", status)
+    if name != "IDLE":
+        raise InvalidArgument(
+            f"fenced() begins its own transaction but the connection is {name}: "
+            "commit or roll back first"
+        )

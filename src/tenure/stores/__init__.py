@@ -1,0 +1,1 @@
+"""Stores: the contract (``_spi``) and one module per coordination service."""

@@ -1,0 +1,138 @@
+"""The store contract: what every store implements, and nothing more.
+
+Locks, sessions and their timing are recipes written once (``tenure._lock``,
+``tenure._session``); a store only answers these calls. All are async; a store whose client is
+blocking runs it in a worker thread. Every call raises ``StoreUnavailable`` (translated from the
+driver's errors) when the store cannot be reached; nothing else escapes.
+
+A session is one client's liveness with the store. ``open_session`` creates it with a TTL judged
+by the store's clock; ``keep_alive`` renews it (and so every lock it holds) and answers False once
+the store says it is gone. A lock is asked for with ``attempt``; a caller that will wait is put in
+the store's queue (its ``ticket``) and calls ``wait`` until ``attempt`` grants it or it gives up
+with ``leave``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can promise, declared in code (the docs' store table is made from these)."""
+
+    grade: Literal["correctness", "efficiency"]
+    """'efficiency': fine to avoid duplicate work, not for correctness (e.g. Redis)."""
+    machines: Literal["one", "many"]
+    """Whether clients on different machines can share locks."""
+    durable_tokens: bool
+    """A token is committed durably before it is returned and never reissued after a crash."""
+    store_judges_expiry: bool
+    """Expiry is decided by the store's clock (rule 2), not by a client's."""
+    fair: bool
+    """Waiters are served in arrival order."""
+    native_wait: bool
+    """Waiters are woken by the store (watch, notify, kernel), not by polling alone."""
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a session: shown by ``tenure ls`` and to waiters."""
+
+    host: str
+    pid: int
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One lock as the store sees it now."""
+
+    name: str
+    token: int
+    owner: Owner
+    expires_in: float
+    """Seconds until the store would expire the holder's lease, if not renewed."""
+    waiters: int = 0
+
+
+@dataclass(frozen=True)
+class Grant:
+    token: int
+    renewed_session: bool
+    """True if granting also renewed the session, so its deadline counts from this request."""
+
+
+@dataclass(frozen=True)
+class Busy:
+    holder: LockInfo | None
+    """The current holder, where the store knows it (None: free but others are ahead)."""
+    ticket: object | None
+    """Place in the queue (None if the caller did not ask to wait)."""
+    retry_in: float | None = None
+    """Seconds after which ``attempt`` is worth repeating even without a wake-up."""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class Session(ABC):
+    """A store's handle on one session."""
+
+    ttl: float
+
+
+class Store(ABC):
+    """One coordination service. Instances are created by ``tenure._url.open_store``."""
+
+    capabilities: ClassVar[Capabilities]
+    scheme: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """The store's URL for display, with any password redacted."""
+
+    @abstractmethod
+    async def open_session(self, ttl: float, owner: Owner) -> Session:
+        """Create a session that expires ``ttl`` seconds after this call unless kept alive."""
+
+    @abstractmethod
+    async def keep_alive(self, session: Session) -> bool:
+        """Renew the session and all it holds; False if the store says it is gone."""
+
+    @abstractmethod
+    async def close_session(self, session: Session) -> None:
+        """End the session and release everything it holds. Idempotent."""
+
+    @abstractmethod
+    async def attempt(
+        self, session: Session, name: str, ticket: object | None, enqueue: bool
+    ) -> Grant | Busy:
+        """Grant ``name`` to the session if it is free and the caller is next in line.
+
+        With ``ticket`` None this is a first attempt: if busy and ``enqueue``, join the queue and
+        return the ticket in ``Busy``; if busy and not ``enqueue``, leave no trace. Raises
+        ``LeaseLost`` if the session is gone.
+        """
+
+    @abstractmethod
+    async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
+        """Return when ``attempt`` is worth repeating, or after ``timeout`` seconds."""
+
+    @abstractmethod
+    async def leave(self, ticket: object) -> None:
+        """Leave the queue (gave up or cancelled). Idempotent."""
+
+    @abstractmethod
+    async def release(self, session: Session, name: str, token: int) -> None:
+        """Delete the lock only if it is still held by this session with this token."""
+
+    @abstractmethod
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        """The locks currently held (one, if ``name`` is given)."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close connections. Sessions are closed by the client first."""

@@ -1,0 +1,26 @@
+"""Shared fixtures. Real servers only: each is started once per session on a free loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from servers import PostgresServer
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the whole session; connect with ``postgres.dsn``.
+
+    Tests share it: give tables (or databases) unique names. A test that kills or restarts the
+    server should start its own ``PostgresServer`` instead.
+    """
+    missing = PostgresServer.missing()
+    if missing:
+        pytest.skip(f"PostgreSQL binaries not found in {PostgresServer().bin_dir}: {missing}")
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()

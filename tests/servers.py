@@ -1,0 +1,274 @@
+"""Real servers for the tests, started on free loopback ports (never mocks).
+
+``PostgresServer`` runs one PostgreSQL cluster in a temporary directory. It can be stopped, killed
+and started again on the same port and data (for chaos tests); ``close()`` removes everything.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+PG_BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/local/bin"))
+PG_USER = "postgres"  # the system account: PostgreSQL refuses to run as root
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that is free on ``host`` right now (the caller must still handle a lost race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class PostgresServer:
+    """One PostgreSQL cluster: ``start()``, ``stop()`` (fast shutdown), ``kill()``, ``close()``."""
+
+    BINARIES = ("initdb", "pg_ctl", "postgres")
+
+    def __init__(self, bin_dir: Path = PG_BIN, host: str = HOST) -> None:
+        self.bin_dir = bin_dir
+        self.host = host
+        self.port: int | None = None  # chosen at the first start, kept across restarts
+        self.root: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    # -- discovery --------------------------------------------------------------------------
+
+    @classmethod
+    def missing(cls, bin_dir: Path = PG_BIN) -> list[str]:
+        """The PostgreSQL binaries not found in ``bin_dir`` (empty when all are there)."""
+        return [b for b in cls.BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+    @property
+    def dsn(self) -> str:
+        if self.port is None:
+            raise RuntimeError("PostgresServer was never started")
+        return f"postgresql://{PG_USER}@{self.host}:{self.port}/postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.root is not None
+        return self.root / "data"
+
+    @property
+    def log_path(self) -> Path:
+        assert self.root is not None
+        return self.root / "postgres.log"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> PostgresServer:
+        """Start the server (initdb on first use) and wait until it accepts connections."""
+        if self.running:
+            return self
+        if self.root is None:
+            self._initdb()
+        first = self.port is None
+        for _attempt in range(5 if first else 1):
+            if first:
+                self.port = free_port(self.host)
+            try:
+                self._launch(timeout)
+                return self
+            except _PortTaken:
+                continue  # someone took the port between free_port() and bind(): try another
+        raise RuntimeError(f"postgres could not bind a port on {self.host}; log: {self._log()}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Fast shutdown (SIGINT: abort sessions, checkpoint); keeps the data for a restart."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            # runuser forwards SIGINT only to its session, so signal the postmaster directly.
+            self._signal_postmaster(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._kill_group()
+        self._kill_group()  # leftovers, if any, after the postmaster is gone
+        self.proc = None
+
+    def kill(self) -> None:
+        """Crash the server: SIGKILL the postmaster and all its backends at once."""
+        if self.proc is None:
+            return
+        self._kill_group()
+        self.proc = None
+
+    def close(self) -> None:
+        """Stop the server and remove its directory."""
+        try:
+            self.stop()
+        finally:
+            if self.root is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
+                self.root = None
+
+    def __enter__(self) -> PostgresServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _as_pg_user(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return ["runuser", "-u", PG_USER, "--", *argv]
+        return argv
+
+    def _initdb(self) -> None:
+        root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
+        self.root = root
+        (root / "sock").mkdir()
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam(PG_USER)
+            for path in (root, root / "sock"):
+                os.chown(path, pw.pw_uid, pw.pw_gid)
+        argv = [
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(root / "data"),
+            "-U",
+            PG_USER,
+            "--auth-local=trust",
+            "--auth-host=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]
+        done = subprocess.run(
+            self._as_pg_user(argv), cwd=root, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+
+    def _launch(self, timeout: float) -> None:
+        assert self.root is not None and self.port is not None
+        argv = [
+            str(self.bin_dir / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(self.port),
+            "-c",
+            f"listen_addresses={self.host}",
+            "-c",
+            f"unix_socket_directories={self.root / 'sock'}",
+        ]
+        with open(self.log_path, "ab") as log:
+            # A new session: the postmaster and its backends share one process group to kill.
+            self.proc = subprocess.Popen(
+                self._as_pg_user(argv),
+                cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        import psycopg  # test dependency; imported late so that servers.py imports without it
+
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                log = self._log()
+                self.proc = None
+                if "could not bind" in log or "Address already in use" in log:
+                    raise _PortTaken
+                raise RuntimeError(f"postgres exited at start; log: {log}")
+            try:
+                psycopg.connect(self.dsn, connect_timeout=2).close()
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    self._kill_group()
+                    self.proc = None
+                    raise RuntimeError(f"postgres not ready after {timeout}s; log: {self._log()}")
+                time.sleep(0.05)
+
+    def _postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+    def _signal_postmaster(self, sig: signal.Signals) -> None:
+        pid = self._postmaster_pid()
+        if pid is None or self.proc is None:
+            return
+        try:
+            # Only our own postmaster: it lives in the process group of the process we started.
+            if os.getpgid(pid) == self.proc.pid:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def _kill_group(self) -> None:
+        if self.proc is None:
+            return
+        # The postmaster first, so that its parent (runuser, or us) reaps it: killed together
+        # with runuser it would be orphaned, and until init reaps it its PID in postmaster.pid
+        # still looks alive and blocks a restart ("lock file already exists").
+        self._signal_postmaster(signal.SIGKILL)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        # Backends notice a dead postmaster on their own; wait for them so a restart does not
+        # find the old shared memory still attached.
+        deadline = time.monotonic() + 10
+        while _group_alive(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in process group ``pgid`` (Linux /proc)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state ppid pgrp ...
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+            return True
+    return False
