@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from servers import PostgresServer
+from servers import PG_BIN, PostgresServer
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,7 @@ def postgres() -> Iterator[PostgresServer]:
     """
     missing = PostgresServer.missing()
     if missing:
-        pytest.skip(f"PostgreSQL binaries not found in {PostgresServer().bin_dir}: {missing}")
+        pytest.skip(f"PostgreSQL binaries not found in {PG_BIN}: {', '.join(missing)}")
     server = PostgresServer()
     server.start()
     try:

@@ -26,7 +26,6 @@ from typing import ClassVar, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import anyio
-import anyio.to_thread
 import platformdirs
 
 from .._clock import REAL_CLOCK
@@ -62,6 +61,23 @@ def boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown-boot"
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _with_busy_retry(fn: Callable[[], object]) -> None:
+    """For the one-time set-up in connect(), which is sync."""
+    give_up = time.monotonic() + BUSY_GIVE_UP
+    while True:
+        try:
+            fn()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() > give_up:
+                raise
+            time.sleep(0.005)
 
 
 def default_path() -> Path:
@@ -102,7 +118,6 @@ class SQLiteStore(Store):
         self.path = path
         self.wake_dir = path.with_name(path.name + "-wake")
         self._boot = boot_id()
-        self._limiter: anyio.CapacityLimiter | None = None
         self._db = self._open()
 
     @classmethod
@@ -136,12 +151,13 @@ class SQLiteStore(Store):
             if not self.path.exists():
                 # Owner-only from the start: whoever can write this file can forge a lock.
                 os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            # timeout=0: busy waits happen in _transaction, without blocking the event loop.
             db = sqlite3.connect(
-                self.path, timeout=1.0, isolation_level=None, check_same_thread=False
+                self.path, timeout=0, isolation_level=None, check_same_thread=False
             )
-            db.execute("PRAGMA journal_mode=WAL")
+            _with_busy_retry(lambda: db.execute("PRAGMA journal_mode=WAL"))
             db.execute("PRAGMA synchronous=FULL")
-            self._retry_busy(lambda: db.executescript(SCHEMA))
+            _with_busy_retry(lambda: db.executescript(SCHEMA))
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         except OSError as exc:
@@ -158,43 +174,38 @@ class SQLiteStore(Store):
             return StoreUnavailable(f"cannot open store {self.path}: {text}")
         return StoreUnavailable(f"store {self.path}: {text}")
 
-    @staticmethod
-    def _retry_busy(fn: Callable[[], T]) -> T:
+    async def _transaction(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
+        """Run ``fn(db, now)`` in one write transaction; ``now`` is read once the lock is ours.
+
+        The transaction runs on the event loop without yielding (it is short: its cost is one
+        fsync), so no other task interleaves on this connection. A busy database is retried
+        with async back-off: waiting never blocks the loop and "database is locked" never
+        reaches the user.
+        """
+        db = self._db
         give_up = time.monotonic() + BUSY_GIVE_UP
-        pause = 0.001
+        pause = 0.0005
         while True:
             try:
-                return fn()
+                db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
-                text = str(exc)
-                if ("locked" not in text and "busy" not in text) or time.monotonic() > give_up:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-
-    def _transaction(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
-        """Run ``fn(db, now)`` in one write transaction; ``now`` is read once the lock is ours."""
-        db = self._db
-
-        def attempt() -> T:
-            db.execute("BEGIN IMMEDIATE")
+                if not _is_busy(exc) or time.monotonic() > give_up:
+                    raise self._translate(exc) from None
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 0.02)
+                continue
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
             try:
                 result = fn(db, REAL_CLOCK.now())
-            except BaseException:
-                db.execute("ROLLBACK")
+                db.execute("COMMIT")
+            except BaseException as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._translate(exc) from None
                 raise
-            db.execute("COMMIT")
             return result
-
-        try:
-            return self._retry_busy(attempt)
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
-
-    async def _run(self, fn: Callable[[], T]) -> T:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(1)  # one connection: one call at a time
-        return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
 
     def _params(self, now: float, **more: object) -> dict[str, object]:
         return {"boot": self._boot, "now": now, **more}
@@ -212,7 +223,7 @@ class SQLiteStore(Store):
             assert cur.lastrowid is not None
             return cur.lastrowid
 
-        return SQLiteSession(await self._run(lambda: self._transaction(tx)), ttl)
+        return SQLiteSession(await self._transaction(tx), ttl)
 
     def _sweep(self, db: sqlite3.Connection, now: float) -> None:
         """Forget expired sessions and what they held (their counters stay)."""
@@ -232,7 +243,7 @@ class SQLiteStore(Store):
             )
             return cur.rowcount == 1
 
-        return await self._run(lambda: self._transaction(tx))
+        return await self._transaction(tx)
 
     async def close_session(self, session: Session) -> None:
         assert isinstance(session, SQLiteSession)
@@ -249,11 +260,8 @@ class SQLiteStore(Store):
             db.execute("DELETE FROM tenure_sessions WHERE id = ?", (session.id,))
             return names
 
-        def run() -> None:
-            for name in self._transaction(tx):
-                self._wake_next(name)
-
-        await self._run(run)
+        for name in await self._transaction(tx):
+            await self._wake_next(name)
 
     # -- locks ---------------------------------------------------------------------------
 
@@ -289,32 +297,31 @@ class SQLiteStore(Store):
                 ).fetchone()
                 if still is None:  # our place was dropped (e.g. swept): queue again at the end
                     mine = self._enqueue(db, session, name, mine.wake, mine.fd)
-            elif enqueue:
-                assert fifo is not None
+            elif enqueue and fifo is not None:
                 mine = self._enqueue(db, session, name, *fifo)
             retry = None if holder is None else max(0.0, holder.expires_in) + 0.001
             return Busy(holder=holder, ticket=mine, retry_in=retry)
 
-        def run() -> Grant | Busy:
-            nonlocal fifo
-            if mine is None and enqueue:
-                fifo = self._make_fifo()  # before the row, so a row always has a listener
+        while True:
             try:
-                outcome = self._transaction(tx)
-            except BaseException:
+                outcome = await self._transaction(tx)
+            except BaseException as exc:
                 if fifo is not None:
                     self._drop_fifo(*fifo)
+                if isinstance(exc, SessionGone):
+                    raise LeaseLost("the session expired") from None
                 raise
-            if fifo is not None and not (isinstance(outcome, Busy) and outcome.ticket):
-                self._drop_fifo(*fifo)
-            if isinstance(outcome, Grant) and ticket is not None:
-                self._drop_fifo(ticket.wake, ticket.fd)
-            return outcome
-
-        try:
-            return await self._run(run)
-        except SessionGone:
-            raise LeaseLost("the session expired") from None
+            if isinstance(outcome, Busy) and enqueue and mine is None and fifo is None:
+                # Busy, and we will wait: make our FIFO before our queue row, so a queued row
+                # always has a listener; then try again (the uncontended path makes none).
+                fifo = self._make_fifo()
+                continue
+            break
+        if fifo is not None and not (isinstance(outcome, Busy) and outcome.ticket is not None):
+            self._drop_fifo(*fifo)
+        if isinstance(outcome, Grant) and ticket is not None:
+            self._drop_fifo(ticket.wake, ticket.fd)
+        return outcome
 
     def _holder(self, db: sqlite3.Connection, name: str, now: float) -> LockInfo | None:
         row = db.execute(
@@ -371,20 +378,16 @@ class SQLiteStore(Store):
         with contextlib.suppress(BlockingIOError):
             os.read(ticket.fd, 4096)  # drain the wake-up bytes
 
-    def _forget_waiter(self, seq: int) -> None:
-        self._transaction(
+    async def _forget_waiter(self, seq: int) -> None:
+        await self._transaction(
             lambda db, now: db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
         )
 
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, Ticket)
-
-        def run() -> None:
-            self._forget_waiter(ticket.seq)
-            self._drop_fifo(ticket.wake, ticket.fd)
-            self._wake_next(ticket.name)  # we may have been the one woken: pass it on
-
-        await self._run(run)
+        await self._forget_waiter(ticket.seq)
+        self._drop_fifo(ticket.wake, ticket.fd)
+        await self._wake_next(ticket.name)  # we may have been the one woken: pass it on
 
     async def release(self, session: Session, name: str, token: int) -> None:
         assert isinstance(session, SQLiteSession)
@@ -396,33 +399,24 @@ class SQLiteStore(Store):
             )
             return cur.rowcount == 1
 
-        def run() -> None:
-            if self._transaction(tx):
-                self._wake_next(name)
-
-        await self._run(run)
+        if await self._transaction(tx):
+            await self._wake_next(name)
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
-        def read() -> list[LockInfo]:
-            now = REAL_CLOCK.now()
-            try:
-                names = (
-                    [name]
-                    if name is not None
-                    else [
-                        row[0]
-                        for row in self._db.execute("SELECT name FROM tenure_locks ORDER BY name")
-                    ]
-                )
-                found = [self._holder(self._db, each, now) for each in names]
-            except sqlite3.Error as exc:
-                raise self._translate(exc) from None
-            return [info for info in found if info is not None]
-
-        return await self._run(read)
+        now = REAL_CLOCK.now()
+        try:
+            if name is None:
+                query = "SELECT name FROM tenure_locks ORDER BY name"
+                names = [row[0] for row in self._db.execute(query)]
+            else:
+                names = [name]
+            found = [self._holder(self._db, each, now) for each in names]
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        return [info for info in found if info is not None]
 
     async def aclose(self) -> None:
-        await self._run(self._db.close)
+        self._db.close()
 
     # -- waking --------------------------------------------------------------------------
 
@@ -445,7 +439,7 @@ class SQLiteStore(Store):
         with contextlib.suppress(OSError):
             path.unlink()
 
-    def _wake_next(self, name: str) -> None:
+    async def _wake_next(self, name: str) -> None:
         """Wake the first live waiter for ``name``; drop waiters that are no longer listening."""
         for _ in range(64):
             now = REAL_CLOCK.now()
@@ -464,7 +458,7 @@ class SQLiteStore(Store):
                 if exc.errno not in (errno.ENXIO, errno.ENOENT):
                     return
                 # Nobody listens there: that waiter is gone without leaving. Skip it for good.
-                self._forget_waiter(seq)
+                await self._forget_waiter(seq)
                 continue
             try:
                 os.write(fd, b"!")
