@@ -1,0 +1,67 @@
+"""A store wrapper that injects faults into the calls a client makes.
+
+    store = FaultyStore(tenure._url.open_store(url))
+    async with tenure.AsyncClient(store) as client:
+        ...
+        store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
+        store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
+        store.drop_sessions = True       # the store answers that the session is gone: lost at once
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from .._errors import StoreUnavailable
+from ..stores._spi import Busy, Grant, LockInfo, Owner, Session, Store
+
+
+class FaultyStore(Store):
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.hang_keep_alive = False
+        self.fail_keep_alive = False
+        self.drop_sessions = False
+        self.keep_alive_calls = 0
+        self.capabilities = inner.capabilities  # type: ignore[misc]
+        self.scheme = inner.scheme  # type: ignore[misc]
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    async def open_session(self, ttl: float, owner: Owner) -> Session:
+        return await self.inner.open_session(ttl, owner)
+
+    async def keep_alive(self, session: Session) -> bool:
+        self.keep_alive_calls += 1
+        if self.hang_keep_alive:
+            await anyio.sleep_forever()
+        if self.fail_keep_alive:
+            raise StoreUnavailable("injected fault: keep-alive failed")
+        if self.drop_sessions:
+            return False
+        return await self.inner.keep_alive(session)
+
+    async def close_session(self, session: Session) -> None:
+        await self.inner.close_session(session)
+
+    async def attempt(
+        self, session: Session, name: str, ticket: object | None, enqueue: bool
+    ) -> Grant | Busy:
+        return await self.inner.attempt(session, name, ticket, enqueue)
+
+    async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
+        await self.inner.wait(ticket, busy, timeout)
+
+    async def leave(self, ticket: object) -> None:
+        await self.inner.leave(ticket)
+
+    async def release(self, session: Session, name: str, token: int) -> None:
+        await self.inner.release(session, name, token)
+
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        return await self.inner.locks(name)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,0 +1,266 @@
+"""Rules 1, 5, 6 and 8 of DESIGN.md on every store: exclusion, tokens, loss, release, queueing."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import anyio
+import pytest
+
+import tenure
+from tenure import AsyncClient, LeaseLost, NotAcquired
+from tenure._url import open_store
+from tenure.testing import FaultyStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_exclusion_and_holder_info(store_url: str) -> None:
+    async with (
+        tenure.connect_async(store_url, label="first") as a,
+        tenure.connect_async(store_url) as b,
+    ):
+        lease = await a.acquire("job", ttl=5)
+        with pytest.raises(NotAcquired) as raised:
+            await b.acquire("job", ttl=5, wait=False)
+        holder = raised.value.holder
+        assert isinstance(holder, tenure.LockInfo)
+        assert holder.token == lease.token and holder.owner.label == "first"
+        assert 0 < holder.expires_in <= 5
+        [info] = await b.locks()
+        assert info.name == "job" and info.token == lease.token
+        await lease.release()
+        again = await b.acquire("job", ttl=5, wait=False)
+        assert again.token > lease.token
+        await again.release()
+
+
+async def test_tokens_strictly_increase_across_releases_clients_and_reopen(
+    store_url: str,
+) -> None:
+    tokens: list[int] = []
+    for _ in range(3):  # each round a new client: a reopened store
+        async with tenure.connect_async(store_url) as client:
+            for _ in range(5):
+                async with client.lock("counter", ttl=5) as lease:
+                    tokens.append(lease.token)
+    assert tokens == sorted(set(tokens)), tokens
+    assert len(tokens) == 15
+
+
+async def test_names_are_independent(store_url: str) -> None:
+    async with (
+        tenure.connect_async(store_url) as client,
+        client.lock("a", ttl=5),
+        client.lock("b", ttl=5) as b,
+    ):
+        assert b.token >= 1
+        assert {info.name for info in await client.locks()} == {"a", "b"}
+
+
+async def test_release_is_idempotent_and_never_frees_another_holder(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        first = await a.acquire("x", ttl=5)
+        await first.release()
+        await first.release()  # no-op
+        second = await b.acquire("x", ttl=5, wait=False)
+        await first.release()  # still a no-op: it must not free the second holder's lock
+        [info] = await b.locks("x")
+        assert info.token == second.token
+        with pytest.raises(LeaseLost, match="released"):
+            first.check()
+        second.check()
+        await second.release()
+
+
+async def test_waiters_are_served_in_arrival_order(store_url: str) -> None:
+    order: list[int] = []
+    async with AsyncExitStack() as stack:
+        holder_client = await stack.enter_async_context(tenure.connect_async(store_url))
+        clients = [
+            await stack.enter_async_context(tenure.connect_async(store_url)) for _ in range(4)
+        ]
+        lease = await holder_client.acquire("fifo", ttl=5)
+        async with anyio.create_task_group() as tg:
+            for index, client in enumerate(clients):
+
+                async def wait_turn(index: int = index, client: AsyncClient = client) -> None:
+                    async with client.lock("fifo", ttl=5):
+                        order.append(index)
+                        await anyio.sleep(0.02)
+
+                tg.start_soon(wait_turn)
+                await wait_until_waiters(holder_client, "fifo", index + 1)
+            await lease.release()
+    assert order == [0, 1, 2, 3]
+
+
+async def wait_until_waiters(client: AsyncClient, name: str, count: int) -> None:
+    with anyio.fail_after(5):
+        while True:
+            infos = await client.locks(name)
+            if infos and infos[0].waiters >= count:
+                return
+            await anyio.sleep(0.01)
+
+
+async def test_release_wakes_the_next_waiter_promptly(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lease = await a.acquire("wake", ttl=30)
+        got: list[float] = []
+
+        async def waiter() -> None:
+            async with b.lock("wake", ttl=30):
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await wait_until_waiters(a, "wake", 1)
+            released_at = anyio.current_time()
+            await lease.release()
+        # Woken by the store, not by a poll (the fallback poll is seconds apart).
+        assert got and got[0] - released_at < 0.5
+
+
+async def test_timeout_gives_up_and_leaves_no_trace(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lease = await a.acquire("t", ttl=5)
+        start = anyio.current_time()
+        with pytest.raises(NotAcquired):
+            await b.acquire("t", ttl=5, timeout=0.3)
+        assert 0.25 < anyio.current_time() - start < 3
+        [info] = await a.locks("t")
+        assert info.waiters == 0
+        await lease.release()
+
+
+async def test_cancelled_waiter_leaves_the_queue(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lease = await a.acquire("c", ttl=5)
+        with anyio.move_on_after(0.3):
+            await b.acquire("c", ttl=5)
+        [info] = await a.locks("c")
+        assert info.waiters == 0
+        await lease.release()
+        # and the lock is free for a third party at once
+        async with tenure.connect_async(store_url) as c:
+            (await c.acquire("c", ttl=5, wait=False)).check()
+
+
+async def test_crashed_holder_expires_and_next_token_is_higher(store_url: str) -> None:
+    """A holder that stops renewing loses the lock after its TTL; the next grant is higher."""
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as a, tenure.connect_async(store_url) as b:
+        first = await a.acquire("crash", ttl=1)
+        faulty.hang_keep_alive = True
+        start = anyio.current_time()
+        second = await b.acquire("crash", ttl=1, timeout=5)
+        waited = anyio.current_time() - start
+        assert first.lost, "the holder must know it lost before another can be granted"
+        assert second.token > first.token
+        assert 0.5 < waited < 3
+        await second.release()
+
+
+async def test_loss_cancels_async_body_and_raises(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    reached_end = False
+    called: list[int] = []
+    async with AsyncClient(faulty) as client:
+        with pytest.raises(LeaseLost):
+            async with client.lock("body", ttl=1) as lease:
+                lease.on_lost(lambda lost: called.append(lost.token))
+                faulty.hang_keep_alive = True
+                await anyio.sleep(5)  # cancelled at the deadline, well before 5 s
+                reached_end = True
+        assert not reached_end
+        assert lease.lost and called == [lease.token]
+        with pytest.raises(LeaseLost, match="lost"):
+            lease.check()
+        # Lost is final: a new acquire gets a new token.
+        faulty.hang_keep_alive = False
+        async with client.lock("body", ttl=1) as again:
+            assert again.token > lease.token
+
+
+async def test_store_saying_gone_is_loss_at_once(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as client:
+        lease = await client.acquire("gone", ttl=1.5)
+        faulty.drop_sessions = True
+        with anyio.fail_after(1.4):  # the next renewal (ttl/3) learns it: before the deadline
+            while not lease.lost:
+                await anyio.sleep(0.01)
+        assert "gone" in (lease.lost_reason or "")
+
+
+async def test_failing_renewals_are_retried_then_lost(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as client:
+        lease = await client.acquire("flaky", ttl=1.5)
+        faulty.fail_keep_alive = True
+        await anyio.sleep(0.8)
+        faulty.fail_keep_alive = False  # the store comes back inside the window: still held
+        await anyio.sleep(1.5)
+        assert not lease.lost
+        calls = faulty.keep_alive_calls
+        assert calls >= 3  # retried, not given up after one failure
+        faulty.fail_keep_alive = True
+        with anyio.fail_after(3):
+            while not lease.lost:
+                await anyio.sleep(0.01)
+
+
+async def test_renewal_keeps_a_long_hold_alive(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as client, client.lock("long", ttl=0.6) as lease:
+        await anyio.sleep(2.0)  # more than three TTLs
+        lease.check()
+        assert lease.remaining() > 0
+
+
+async def test_one_session_serves_many_locks(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as client:
+        leases = [await client.acquire(f"many-{i}", ttl=1.5) for i in range(20)]
+        await anyio.sleep(1.2)
+        # ttl/3 = 0.5 s: about two renewals in 1.2 s, whatever the number of locks held
+        assert 1 <= faulty.keep_alive_calls <= 4
+        for lease in leases:
+            lease.check()
+            await lease.release()
+
+
+def test_sync_api(store_url: str) -> None:
+    with tenure.connect(store_url) as a, tenure.connect(store_url) as b:
+        with a.lock("sync", ttl=5) as lease:
+            assert isinstance(lease.token, int)
+            lease.check()
+            with pytest.raises(NotAcquired):
+                b.acquire("sync", ttl=5, wait=False)
+        with b.lock("sync", ttl=5) as again:
+            assert again.token > lease.token
+        assert lease.released and not lease.lost
+
+
+def test_sync_with_block_raises_when_lease_was_lost(store_url: str) -> None:
+    import time
+
+    faulty = FaultyStore(open_store(store_url))
+    client = tenure.Client(lambda: AsyncClient(faulty))
+    try:
+        seen: list[int] = []
+        with pytest.raises(LeaseLost), client.lock("s", ttl=1) as lease:
+            lease.on_lost(lambda lost: seen.append(lost.token))
+            faulty.hang_keep_alive = True
+            time.sleep(1.5)
+            assert lease.lost
+        assert seen == [lease.token]
+        # ...unless the body already raised: its own error wins.
+        faulty.hang_keep_alive = False
+        with pytest.raises(KeyError), client.lock("s", ttl=1):
+            faulty.hang_keep_alive = True
+            time.sleep(1.5)
+            raise KeyError("body")
+    finally:
+        faulty.hang_keep_alive = False
+        client.close()
