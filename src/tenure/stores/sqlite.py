@@ -143,11 +143,11 @@ class SQLiteStore(Store):
     # -- plumbing -------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
-        if self.path.is_dir():
-            raise StoreUnavailable(f"cannot open store {self.path}: it is a directory")
-        if not self.path.parent.is_dir():
-            raise StoreUnavailable(f"cannot open store {self.path}: no such directory")
         try:
+            if self.path.is_dir():
+                raise StoreUnavailable(f"cannot open store {self.path}: it is a directory")
+            if not self.path.parent.is_dir():
+                raise StoreUnavailable(f"cannot open store {self.path}: no such directory")
             if not self.path.exists():
                 # Owner-only from the start: whoever can write this file can forge a lock.
                 os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
@@ -160,7 +160,9 @@ class SQLiteStore(Store):
             _with_busy_retry(lambda: db.executescript(SCHEMA))
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
-        except OSError as exc:
+        except StoreUnavailable:
+            raise
+        except OSError as exc:  # (StoreUnavailable is one too: a ConnectionError)
             raise StoreUnavailable(f"cannot open store {self.path}: {exc.strerror}") from None
         return db
 
@@ -458,6 +460,8 @@ class SQLiteStore(Store):
                 if exc.errno not in (errno.ENXIO, errno.ENOENT):
                     return
                 # Nobody listens there: that waiter is gone without leaving. Skip it for good.
+                with contextlib.suppress(OSError):
+                    (self.wake_dir / wake).unlink()
                 await self._forget_waiter(seq)
                 continue
             try:

@@ -1,0 +1,212 @@
+"""What only the embedded SQLite store must show: durable counters, boot and clock handling,
+busy handling across processes, file placement and errors."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import tenure
+from tenure import StoreUnavailable
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+async def test_token_counter_survives_deleted_rows(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with tenure.connect_async(url(db)) as client, client.lock("n", ttl=5) as first:
+        pass
+    raw = sqlite3.connect(db)
+    raw.execute("DELETE FROM tenure_locks")
+    raw.execute("DELETE FROM tenure_sessions")
+    raw.commit()
+    raw.close()
+    async with tenure.connect_async(url(db)) as client, client.lock("n", ttl=5) as second:
+        assert second.token > first.token
+
+
+async def test_lease_from_an_earlier_boot_is_expired(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with tenure.connect_async(url(db)) as a:
+        held = await a.acquire("boot", ttl=60)
+        # Rewrite history: this session was written in another boot of the machine.
+        raw = sqlite3.connect(db)
+        raw.execute("UPDATE tenure_sessions SET boot = 'an-earlier-boot'")
+        raw.commit()
+        raw.close()
+        async with tenure.connect_async(url(db)) as b:
+            lease = await b.acquire("boot", ttl=5, wait=False)
+            assert lease.token > held.token
+            await lease.release()
+
+
+async def test_wall_clock_jumps_do_not_matter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with tenure.connect_async(url(tmp_path / "s.db")) as a:
+        lease = await a.acquire("clock", ttl=1)
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 7200)  # the wall clock jumps 2 h
+        await anyio.sleep(1.5)  # over a TTL: renewals must have kept it
+        lease.check()
+        async with tenure.connect_async(url(tmp_path / "s.db")) as b:
+            with pytest.raises(tenure.NotAcquired):
+                await b.acquire("clock", ttl=1, wait=False)
+        monkeypatch.setattr(time, "time", lambda: real() - 7200)  # and back, past the start
+        await anyio.sleep(0.5)
+        lease.check()
+        await lease.release()
+
+
+async def test_dead_waiter_is_skipped_promptly(tmp_path: Path) -> None:
+    """A waiter killed while queued does not hold up the one behind it."""
+    db = tmp_path / "s.db"
+    script = textwrap.dedent(
+        f"""
+        import tenure
+        c = tenure.connect({url(db)!r})
+        c.acquire("q", ttl=30)
+        """
+    )
+    async with tenure.connect_async(url(db)) as a, tenure.connect_async(url(db)) as c:
+        lease = await a.acquire("q", ttl=30)
+        dead = subprocess.Popen([sys.executable, "-c", script])
+        with anyio.fail_after(10):
+            while not (await a.locks("q"))[0].waiters:
+                await anyio.sleep(0.02)
+        dead.kill()
+        dead.wait()
+        got: list[float] = []
+
+        async def live_waiter() -> None:
+            async with c.lock("q", ttl=30):
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live_waiter)
+            with anyio.fail_after(5):
+                while (await a.locks("q"))[0].waiters < 2:
+                    await anyio.sleep(0.02)
+            released = anyio.current_time()
+            await lease.release()
+        # The dead waiter's session would live 30 s: it is skipped because nobody listens on its
+        # FIFO, not because its session expired.
+        assert got[0] - released < 1.0
+    assert not list((tmp_path / "s.db-wake").iterdir()), "wake-up FIFOs left behind"
+
+
+def test_many_processes_never_see_database_is_locked(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    script = textwrap.dedent(
+        f"""
+        import tenure
+        with tenure.connect({url(db)!r}) as c:
+            for i in range(40):
+                name = "n" + str(i % 3)
+                with c.lock(name, ttl=5) as lease:
+                    print(name, lease.token)
+        """
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for _ in range(6)
+    ]
+    tokens: dict[str, list[int]] = {}
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+        assert b"locked" not in err
+        for line in out.decode().splitlines():
+            name, token = line.split()
+            tokens.setdefault(name, []).append(int(token))
+    assert sum(len(each) for each in tokens.values()) == 240
+    for each in tokens.values():  # every grant of a name got its own token: 1, 2, … n
+        assert sorted(each) == list(range(1, len(each) + 1))
+
+
+def test_default_file_under_state_dir_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("TENURE_STORE", raising=False)
+    with tenure.connect() as client, client.lock("d", ttl=5):
+        pass
+    db = tmp_path / "state" / "tenure" / "locks.db"
+    assert db.exists()
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_tenure_store_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TENURE_STORE", url(tmp_path / "env.db"))
+    with tenure.connect() as client:
+        assert client.url == url(tmp_path / "env.db")
+    assert (tmp_path / "env.db").exists()
+
+
+def test_bad_files_give_one_clear_error(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreUnavailable, match="not a tenure database"):
+        tenure.connect(url(corrupt))
+    assert corrupt.read_bytes() == b"this is not a database" * 100  # untouched
+    with pytest.raises(StoreUnavailable, match="directory"):
+        tenure.connect(url(tmp_path))
+    with pytest.raises(StoreUnavailable, match="no such directory"):
+        tenure.connect(url(tmp_path / "missing" / "s.db"))
+    with pytest.raises(tenure.InvalidArgument, match="SQLite store URL"):
+        tenure.connect("sqlite://host/x.db")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_unreadable_and_read_only_files_are_reported() -> None:
+    """Root can read anything, so the store is opened as `nobody`."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="tenure-perm-"))
+    try:
+        os.chmod(top, 0o755)
+        readable = top / "ro.db"
+        with tenure.connect(url(readable)):
+            pass
+        os.chmod(readable, 0o644)
+        hidden = top / "hidden"
+        hidden.mkdir(mode=0o700)
+        src = str(Path(tenure.__file__).parents[1])
+        for target, expected in ((readable, "read-only"), (hidden / "s.db", "ermission denied")):
+            script = f"import tenure; tenure.connect({url(target)!r})"
+            proc = subprocess.run(
+                [*AS_NOBODY, sys.executable, "-c", script],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": src},
+            )
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last.startswith("tenure._errors.StoreUnavailable"), proc.stderr
+            assert expected in last
+    finally:
+        shutil.rmtree(top)
