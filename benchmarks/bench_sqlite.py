@@ -1,0 +1,986 @@
+#!/usr/bin/env python3
+"""Benchmark tenure's embedded SQLite store against a bare-SQLite floor and plain file locks.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_sqlite.py            # full run, ~2 minutes
+    .venv/bin/python benchmarks/bench_sqlite.py --quick    # smoke run, ~30 s
+    .venv/bin/python benchmarks/bench_sqlite.py --json out.json
+
+Three parts, each variant side by side (see benchmarks/README.md for what every row means):
+
+1. uncontended acquire+release cycle in one process;
+2. N processes contending for one lock, each holding it for a fixed short time;
+3. CPU used by waiters blocked behind a long holder.
+
+Every measured process is a fresh subprocess of this script (``--worker KIND``), never a fork:
+tenure's sync client runs an event-loop thread, and forking after threads is unsafe. Children get
+PR_SET_PDEATHSIG and are terminated in ``finally`` blocks, so none outlives the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import gc
+import itertools
+import json
+import math
+import os
+import platform
+import select
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+LOCK_NAME = "bench"
+TTL = 30.0
+PROTO = "@@"  # prefix of protocol lines on a worker's stdout; anything else there is ignored
+
+CYCLE_VARIANTS = [
+    "tenure-sync",
+    "tenure-async",
+    "sqlite-floor",
+    "portalocker",
+    "flock",
+    "portal-hop",
+]
+CONTEND_VARIANTS = ["tenure-sync", "portalocker", "flock"]
+
+DESCRIBE = {
+    "tenure-sync": "tenure.connect(url); lease = client.acquire(name, ttl=30); lease.release()",
+    "tenure-async": "async with tenure.connect_async(url): await client.acquire(...); "
+    "await lease.release()",
+    "sqlite-floor": "bare sqlite3, WAL + synchronous=FULL, 2 write transactions per cycle: "
+    "BEGIN IMMEDIATE; INSERT..ON CONFLICT DO UPDATE counter RETURNING; INSERT lock row; COMMIT; "
+    "BEGIN IMMEDIATE; DELETE lock row; COMMIT",
+    "portalocker": "portalocker.Lock(path), defaults; acquire() opens+locks, release() "
+    "unlocks+closes",
+    "flock": "fcntl.flock(fd, LOCK_EX) / flock(fd, LOCK_UN) on one open fd",
+    "portal-hop": "reference, not a lock: 2 x anyio BlockingPortal.start_task_soon(no-op).result()"
+    " = the 2 thread hops the sync API makes per cycle",
+}
+
+TARGET_RATIO = 1.5
+TARGET_JAIN = 0.99
+TARGET_WAIT_FACTOR = 2.0
+TARGET_HANDOFF_S = 0.005
+TARGET_IDLE_CPU = 0.01
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def jain(xs: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n * sum x^2): 1.0 = perfectly even."""
+    square_sum = sum(x * x for x in xs)
+    if not xs or square_sum == 0:
+        return math.nan
+    return sum(xs) ** 2 / (len(xs) * square_sum)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": float(len(values)),
+        "mean": statistics.fmean(values) if values else math.nan,
+        "p50": pct(values, 50),
+        "p90": pct(values, 90),
+        "p99": pct(values, 99),
+        "p99.9": pct(values, 99.9),
+        "max": max(values) if values else math.nan,
+    }
+
+
+# -- lock variants used by the workers ------------------------------------------------------------
+
+
+class SyncLock(Protocol):
+    timeouts: int
+
+    def acquire(self) -> None: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class TenureLock:
+    def __init__(self, workdir: Path) -> None:
+        import tenure
+
+        self.timeouts = 0
+        self._client = tenure.connect(f"sqlite:///{workdir / 'tenure.db'}")
+        self._lease: tenure.Lease | None = None
+
+    def acquire(self) -> None:
+        self._lease = self._client.acquire(LOCK_NAME, ttl=TTL)
+
+    def release(self) -> None:
+        assert self._lease is not None
+        self._lease.release()
+        self._lease = None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class PortaLock:
+    def __init__(self, workdir: Path, timeout: float | None = None) -> None:
+        import portalocker
+
+        self.timeouts = 0
+        self._already = portalocker.exceptions.AlreadyLocked
+        # Defaults (timeout 5 s, check_interval 0.25 s) unless a timeout is given.
+        self._lock: Any = (
+            portalocker.Lock(workdir / "portalocker.lock")
+            if timeout is None
+            else portalocker.Lock(workdir / "portalocker.lock", timeout=timeout)
+        )
+
+    def acquire(self) -> None:
+        while True:
+            try:
+                self._lock.acquire()
+                return
+            except self._already:
+                self.timeouts += 1  # its timeout passed: count it, keep asking
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._lock.release()
+
+
+class FlockLock:
+    def __init__(self, workdir: Path) -> None:
+        self.timeouts = 0
+        self._fd = os.open(workdir / "flock.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class SqliteFloor:
+    """The two write transactions a grant and a release need, and nothing else."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.timeouts = 0
+        self._db = sqlite3.connect(workdir / "floor.db", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS tokens (name TEXT PRIMARY KEY, last INTEGER NOT NULL)"
+        )
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token INTEGER NOT NULL,"
+            " session INTEGER NOT NULL)"
+        )
+        self._token = 0
+
+    def acquire(self) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        (self._token,) = db.execute(
+            "INSERT INTO tokens (name, last) VALUES (?, 1)"
+            " ON CONFLICT (name) DO UPDATE SET last = last + 1 RETURNING last",
+            (LOCK_NAME,),
+        ).fetchone()
+        db.execute(
+            "INSERT INTO locks (name, token, session) VALUES (?, ?, 1)", (LOCK_NAME, self._token)
+        )
+        db.execute("COMMIT")
+
+    def release(self) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(
+            "DELETE FROM locks WHERE name = ? AND token = ? AND session = 1",
+            (LOCK_NAME, self._token),
+        )
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class PortalHop:
+    """Not a lock: the cost of the sync API's thread hop into its event loop, twice per cycle."""
+
+    def __init__(self, workdir: Path) -> None:
+        from anyio.from_thread import start_blocking_portal
+
+        self.timeouts = 0
+        self._cm = start_blocking_portal()
+        self._portal = self._cm.__enter__()
+
+    @staticmethod
+    async def _noop() -> None:
+        return None
+
+    def acquire(self) -> None:
+        self._portal.start_task_soon(self._noop).result()
+
+    release = acquire
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+
+
+def make_lock(variant: str, workdir: Path, portalocker_timeout: float | None = None) -> SyncLock:
+    if variant == "tenure-sync":
+        return TenureLock(workdir)
+    if variant == "portalocker":
+        return PortaLock(workdir, portalocker_timeout)
+    if variant == "flock":
+        return FlockLock(workdir)
+    if variant == "sqlite-floor":
+        return SqliteFloor(workdir)
+    if variant == "portal-hop":
+        return PortalHop(workdir)
+    raise BenchError(f"no sync lock variant {variant!r}")
+
+
+# -- workers (run as subprocesses of this script) -------------------------------------------------
+
+
+def emit(message: str) -> None:
+    sys.stdout.write(PROTO + message + "\n")
+    sys.stdout.flush()
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGTERM this worker if the benchmark process dies (Linux)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        sys.exit(1)
+
+
+def read_command() -> str:
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(1)  # the benchmark went away
+    return line.strip()
+
+
+def worker_cycle(cfg: dict[str, Any]) -> dict[str, Any]:
+    workdir = Path(cfg["dir"])
+    warmup, max_cycles, seconds = int(cfg["warmup"]), int(cfg["max_cycles"]), float(cfg["seconds"])
+    if cfg["variant"] == "tenure-async":
+        return _cycle_async(workdir, warmup, max_cycles, seconds)
+    lock = make_lock(cfg["variant"], workdir)
+    try:
+        return _cycle_loop(lock.acquire, lock.release, warmup, max_cycles, seconds)
+    finally:
+        lock.close()
+
+
+def _cycle_loop(
+    acquire: Callable[[], object],
+    release: Callable[[], object],
+    warmup: int,
+    max_cycles: int,
+    seconds: float,
+) -> dict[str, Any]:
+    for _ in range(warmup):
+        acquire()
+        release()
+    gc.collect()
+    clock = time.perf_counter_ns
+    total: list[int] = []
+    acq: list[int] = []
+    start = clock()
+    end = start + int(seconds * 1e9)
+    cpu0 = time.process_time()
+    while len(total) < max_cycles:
+        t0 = clock()
+        acquire()
+        t1 = clock()
+        release()
+        t2 = clock()
+        total.append(t2 - t0)
+        acq.append(t1 - t0)
+        if t2 >= end:
+            break
+    return _cycle_result(total, acq, clock() - start, time.process_time() - cpu0)
+
+
+def _cycle_async(workdir: Path, warmup: int, max_cycles: int, seconds: float) -> dict[str, Any]:
+    import anyio
+
+    import tenure
+
+    async def main() -> dict[str, Any]:
+        async with tenure.connect_async(f"sqlite:///{workdir / 'tenure.db'}") as client:
+            for _ in range(warmup):
+                lease = await client.acquire(LOCK_NAME, ttl=TTL)
+                await lease.release()
+            gc.collect()
+            clock = time.perf_counter_ns
+            total: list[int] = []
+            acq: list[int] = []
+            start = clock()
+            end = start + int(seconds * 1e9)
+            cpu0 = time.process_time()
+            while len(total) < max_cycles:
+                t0 = clock()
+                lease = await client.acquire(LOCK_NAME, ttl=TTL)
+                t1 = clock()
+                await lease.release()
+                t2 = clock()
+                total.append(t2 - t0)
+                acq.append(t1 - t0)
+                if t2 >= end:
+                    break
+            return _cycle_result(total, acq, clock() - start, time.process_time() - cpu0)
+
+    result: dict[str, Any] = anyio.run(main)
+    return result
+
+
+def _cycle_result(
+    total: list[int], acq: list[int], elapsed_ns: int, cpu_s: float
+) -> dict[str, Any]:
+    rel = [t - a for t, a in zip(total, acq, strict=True)]
+    return {
+        "cycles": len(total),
+        "elapsed_s": elapsed_ns / 1e9,
+        "cycles_per_s": len(total) / (elapsed_ns / 1e9),
+        "cpu_per_cycle_us": cpu_s / max(1, len(total)) * 1e6,
+        "cycle_us": {k: v / 1e3 for k, v in summary(total).items() if k != "n"},
+        "acquire_us": {k: v / 1e3 for k, v in summary(acq).items() if k != "n"},
+        "release_us": {k: v / 1e3 for k, v in summary(rel).items() if k != "n"},
+    }
+
+
+def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
+    lock = make_lock(cfg["variant"], Path(cfg["dir"]))
+    hold = float(cfg["hold_s"])
+    mono = time.monotonic  # CLOCK_MONOTONIC: one clock for every process on Linux
+    records: list[tuple[float, float, float]] = []  # (asked, got, about to release)
+    try:
+        emit("ready")
+        command = read_command()
+        end = float(command.split()[1])
+        cpu0 = time.process_time()
+        while mono() < end:
+            asked = mono()
+            lock.acquire()
+            got = mono()
+            time.sleep(hold)
+            releasing = mono()
+            lock.release()
+            records.append((asked, got, releasing))
+        cpu = time.process_time() - cpu0
+    finally:
+        lock.close()
+    return {"records": records, "timeouts": lock.timeouts, "cpu_s": cpu}
+
+
+def worker_idle(cfg: dict[str, Any]) -> dict[str, Any]:
+    timeout = float(cfg["portalocker_timeout"])
+    lock = make_lock(cfg["variant"], Path(cfg["dir"]), portalocker_timeout=timeout)
+    try:
+        if cfg["role"] == "holder":
+            lock.acquire()
+            emit("held")
+            read_command()
+            lock.release()
+            return {}
+        emit("asking")
+        asked = time.monotonic()
+        lock.acquire()
+        got = time.monotonic()
+        lock.release()
+        return {"asked": asked, "got": got, "timeouts": lock.timeouts}
+    finally:
+        lock.close()
+
+
+WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "cycle": worker_cycle,
+    "contend": worker_contend,
+    "idle": worker_idle,
+}
+
+
+def run_worker(kind: str, config: str) -> int:
+    die_with_parent()
+    result = WORKERS[kind](json.loads(config))
+    emit("result " + json.dumps(result))
+    return 0
+
+
+# -- the parent side: children, and the measurements ----------------------------------------------
+
+
+class Child:
+    """One worker subprocess, talked to by lines; its stderr goes to a log file."""
+
+    def __init__(self, kind: str, config: dict[str, Any], log: Path) -> None:
+        self.log = log
+        self._log_file = log.open("wb")
+        self._buf = b""
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", kind, json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            bufsize=0,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def expect(self, timeout: float) -> str:
+        """The next protocol line from the worker, without the prefix."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buf:
+                line, _, self._buf = self._buf.partition(b"\n")
+                if line.startswith(PROTO.encode()):
+                    return line[len(PROTO) :].decode()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"worker {self.pid} timed out{self._tail()}")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.proc.wait(timeout=5)
+                    raise BenchError(
+                        f"worker {self.pid} exited ({self.proc.returncode}){self._tail()}"
+                    )
+                self._buf += chunk
+
+    def result(self, timeout: float) -> dict[str, Any]:
+        line = self.expect(timeout)
+        if not line.startswith("result "):
+            raise BenchError(f"worker {self.pid} said {line!r}, expected its result")
+        self.proc.wait(timeout=10)
+        data: dict[str, Any] = json.loads(line[len("result ") :])
+        return data
+
+    def _tail(self) -> str:
+        self._log_file.flush()
+        text = self.log.read_text(errors="replace").strip()
+        return f"; its stderr ends:\n{text[-2000:]}" if text else ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=3)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._log_file.close()
+
+
+@contextlib.contextmanager
+def children() -> Iterator[list[Child]]:
+    """A list to add workers to; every one is stopped on the way out, whatever happened."""
+    started: list[Child] = []
+    try:
+        yield started
+    finally:
+        for child in started:
+            child.stop()
+
+
+@dataclass
+class Settings:
+    rounds: int
+    cycle_seconds: float
+    max_cycles: int
+    warmup: int
+    procs: int
+    hold_s: float
+    contend_seconds: float
+    idle_hold_s: float
+    root: Path
+
+
+class Bench:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self._dirs = 0
+
+    def fresh_dir(self, label: str) -> Path:
+        self._dirs += 1
+        path = self.s.root / f"{self._dirs:03d}-{label}"
+        path.mkdir()
+        return path
+
+    # part 1 ------------------------------------------------------------------------------------
+
+    def cycles(self) -> dict[str, list[dict[str, Any]]]:
+        rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in CYCLE_VARIANTS}
+        for r in range(self.s.rounds):
+            shift = r % len(CYCLE_VARIANTS)
+            order = CYCLE_VARIANTS[shift:] + CYCLE_VARIANTS[:shift]  # rotate: no fixed first/last
+            for variant in order:
+                workdir = self.fresh_dir(f"cycle-{variant}")
+                config = {
+                    "variant": variant,
+                    "dir": str(workdir),
+                    "warmup": self.s.warmup,
+                    "max_cycles": self.s.max_cycles,
+                    "seconds": self.s.cycle_seconds,
+                }
+                with children() as kids:
+                    kids.append(Child("cycle", config, workdir / "worker.log"))
+                    result = kids[0].result(timeout=self.s.cycle_seconds + 60)
+                result["round"] = r
+                rounds[variant].append(result)
+                progress(f"round {r + 1}/{self.s.rounds} {variant}: {result['cycles_per_s']:.0f}/s")
+        return rounds
+
+    # part 2 ------------------------------------------------------------------------------------
+
+    def contend(self, variant: str) -> dict[str, Any]:
+        workdir = self.fresh_dir(f"contend-{variant}")
+        config = {"variant": variant, "dir": str(workdir), "hold_s": self.s.hold_s}
+        with children() as kids:
+            for i in range(self.s.procs):
+                kids.append(Child("contend", config, workdir / f"worker{i}.log"))
+            for kid in kids:
+                if kid.expect(timeout=60) != "ready":
+                    raise BenchError("worker not ready")
+            start = time.monotonic()
+            end = start + self.s.contend_seconds
+            for kid in kids:
+                kid.send(f"go {end!r}")
+            results = [kid.result(timeout=self.s.contend_seconds + 60) for kid in kids]
+        return analyse_contention(variant, results, start, end, self.s)
+
+    # part 3 ------------------------------------------------------------------------------------
+
+    def idle(self, variant: str) -> dict[str, Any]:
+        workdir = self.fresh_dir(f"idle-{variant}")
+        config: dict[str, Any] = {
+            "variant": variant,
+            "dir": str(workdir),
+            "portalocker_timeout": self.s.idle_hold_s + 60,
+        }
+        with children() as kids:
+            holder = Child("idle", {**config, "role": "holder"}, workdir / "holder.log")
+            kids.append(holder)
+            if holder.expect(timeout=60) != "held":
+                raise BenchError("holder did not take the lock")
+            waiters = [
+                Child("idle", {**config, "role": "waiter"}, workdir / f"waiter{i}.log")
+                for i in range(self.s.procs)
+            ]
+            kids.extend(waiters)
+            for waiter in waiters:
+                if waiter.expect(timeout=60) != "asking":
+                    raise BenchError("waiter did not start")
+            time.sleep(0.5)  # let every waiter make its first attempt and settle into waiting
+            t0 = time.monotonic()
+            before = [proc_usage(w.pid) for w in waiters]
+            time.sleep(self.s.idle_hold_s)
+            after = [proc_usage(w.pid) for w in waiters]
+            t1 = time.monotonic()
+            released = time.monotonic()
+            holder.send("release")
+            holder.result(timeout=30)
+            got = [w.result(timeout=60) for w in waiters]
+        window = t1 - t0
+        cpu = [(a.cpu_s - b.cpu_s) / window for a, b in zip(after, before, strict=True)]
+        cpu_ticks = [(a.ticks_s - b.ticks_s) / window for a, b in zip(after, before, strict=True)]
+        wakeups = [(a.switches - b.switches) / window for a, b in zip(after, before, strict=True)]
+        return {
+            "variant": variant,
+            "window_s": window,
+            "cpu_fraction_per_waiter": cpu,
+            "cpu_fraction_per_waiter_from_proc_stat": cpu_ticks,
+            "context_switches_per_s_per_waiter": wakeups,
+            "drain_s": max(g["got"] for g in got) - released,
+            "timeouts": sum(int(g.get("timeouts", 0)) for g in got),
+        }
+
+
+@dataclass
+class Usage:
+    cpu_s: float  # summed over the process's live threads, from schedstat (ns resolution)
+    ticks_s: float  # utime + stime from /proc/PID/stat (includes exited threads; 10 ms ticks)
+    switches: int  # voluntary + involuntary context switches over live threads
+
+
+def proc_usage(pid: int) -> Usage:
+    base = Path(f"/proc/{pid}")
+    cpu_ns = 0
+    switches = 0
+    for task in (base / "task").iterdir():
+        with contextlib.suppress(OSError):
+            cpu_ns += int((task / "schedstat").read_text().split()[0])
+            for line in (task / "status").read_text().splitlines():
+                if "ctxt_switches:" in line:
+                    switches += int(line.split()[1])
+    fields = (base / "stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return Usage(cpu_ns / 1e9, ticks / os.sysconf("SC_CLK_TCK"), switches)
+
+
+def analyse_contention(
+    variant: str, results: list[dict[str, Any]], start: float, end: float, s: Settings
+) -> dict[str, Any]:
+    counts = [len(r["records"]) for r in results]
+    grants = sorted(
+        (got, releasing, asked, proc)
+        for proc, r in enumerate(results)
+        for asked, got, releasing in r["records"]
+    )
+    waits = [got - asked for got, _, asked, _ in grants]
+    handoffs: list[float] = []
+    overlaps = 0
+    for (_, prev_rel, _, _), (got, _, asked, _) in itertools.pairwise(grants):
+        if got < prev_rel:
+            overlaps += 1  # granted before the previous holder had even started releasing
+        elif asked <= prev_rel:  # the next holder was already waiting when the lock was freed
+            handoffs.append(got - prev_rel)
+    last = max(g[1] for g in grants) if grants else end
+    span = max(end, last) - start
+    return {
+        "variant": variant,
+        "procs": s.procs,
+        "hold_s": s.hold_s,
+        "span_s": span,
+        "acquisitions": sum(counts),
+        "per_s": sum(counts) / span,
+        "counts": counts,
+        "jain": jain(counts),
+        "wait_s": summary(waits),
+        "handoff_s": summary(handoffs),
+        "overlaps": overlaps,
+        "timeouts": sum(int(r["timeouts"]) for r in results),
+        "cpu_s_per_acquisition": sum(float(r["cpu_s"]) for r in results) / max(1, sum(counts)),
+        "records": [r["records"] for r in results],
+    }
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+
+def progress(message: str) -> None:
+    print(f"  .. {message}", file=sys.stderr, flush=True)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def f(x: float, digits: int = 0) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    ordered = sorted(rounds, key=lambda r: r["cycles_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def report_cycles(rounds: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, float]]:
+    # Ratio to the floor per round (both measured minutes apart at most), then the median.
+    ratios: dict[str, float] = {}
+    for variant, results in rounds.items():
+        per_round = []
+        for result in results:
+            floor = next(x for x in rounds["sqlite-floor"] if x["round"] == result["round"])
+            per_round.append(floor["cycles_per_s"] / result["cycles_per_s"])
+        ratios[variant] = statistics.median(per_round)
+    rows = []
+    for variant in CYCLE_VARIANTS:
+        med = median_round(rounds[variant])
+        spread = [r["cycles_per_s"] for r in rounds[variant]]
+        target = ""
+        if variant.startswith("tenure"):
+            target = f"<= {TARGET_RATIO}x  {verdict(ratios[variant] <= TARGET_RATIO)}"
+        rows.append(
+            [
+                variant,
+                f(med["cycles_per_s"]),
+                f"{f(min(spread))}-{f(max(spread))}",
+                f(med["cycle_us"]["p50"], 1),
+                f(med["cycle_us"]["p99"], 1),
+                f(med["acquire_us"]["p50"], 1),
+                f(med["release_us"]["p50"], 1),
+                f(med["cpu_per_cycle_us"], 1),
+                f"{ratios[variant]:.2f}x",
+                target,
+            ]
+        )
+    text = table(
+        [
+            "variant",
+            "cycles/s",
+            "range/s",
+            "p50 us",
+            "p99 us",
+            "acq p50",
+            "rel p50",
+            "cpu us",
+            "vs floor",
+            "target",
+        ],
+        rows,
+    )
+    legend = "\n".join(f"  {v:<13} {DESCRIBE[v]}" for v in CYCLE_VARIANTS)
+    return text + "\n\nwhat each row does per cycle:\n" + legend, ratios
+
+
+def report_contention(results: list[dict[str, Any]], s: Settings) -> str:
+    wait_target = TARGET_WAIT_FACTOR * s.procs * s.hold_s
+    rows = []
+    for r in results:
+        ms = {k: v * 1e3 for k, v in r["wait_s"].items()}
+        ho = {k: v * 1e3 for k, v in r["handoff_s"].items()}
+        rows.append(
+            [
+                r["variant"],
+                f(r["per_s"]),
+                f"{r['jain']:.4f} {verdict(r['jain'] >= TARGET_JAIN)}",
+                f(ms["p50"], 1),
+                f"{f(ms['p99'], 1)} {verdict(r['wait_s']['p99'] <= wait_target)}",
+                f(ms["max"], 1),
+                f(ho["p50"], 2),
+                f"{f(ho['p99'], 2)} {verdict(r['handoff_s']['p99'] < TARGET_HANDOFF_S)}",
+                str(r["overlaps"]),
+                str(r["timeouts"]),
+            ]
+        )
+    text = table(
+        [
+            "variant",
+            "acq/s",
+            "Jain",
+            "wait p50 ms",
+            "wait p99 ms",
+            "wait max",
+            "handoff p50 ms",
+            "handoff p99 ms",
+            "overlaps",
+            "timeouts",
+        ],
+        rows,
+    )
+    counts = "\n".join(
+        f"  {r['variant']:<12} {' '.join(str(c) for c in r['counts'])}"
+        f"   (min {min(r['counts'])}, max {max(r['counts'])};"
+        f" CPU per acquisition, all procs: {r['cpu_s_per_acquisition'] * 1e6:,.0f} us)"
+        for r in results
+    )
+    ideal = 1.0 / s.hold_s
+    return (
+        f"{text}\n\n"
+        f"targets: Jain >= {TARGET_JAIN}; wait p99 <= {TARGET_WAIT_FACTOR:g} x {s.procs} procs x "
+        f"{s.hold_s * 1e3:g} ms = {wait_target * 1e3:g} ms; release->next grant p99 < "
+        f"{TARGET_HANDOFF_S * 1e3:g} ms. Ceiling: 1 / hold = {ideal:,.0f} acq/s.\n"
+        f"per-process acquisition counts:\n{counts}"
+    )
+
+
+def report_idle(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        cpu = r["cpu_fraction_per_waiter"]
+        rows.append(
+            [
+                r["variant"],
+                f"{statistics.fmean(cpu) * 100:.3f}",
+                f"{max(cpu) * 100:.3f} {verdict(max(cpu) < TARGET_IDLE_CPU)}",
+                f"{max(r['cpu_fraction_per_waiter_from_proc_stat']) * 100:.2f}",
+                f"{statistics.fmean(r['context_switches_per_s_per_waiter']):.1f}",
+                f"{r['drain_s'] * 1e3:,.1f}",
+                str(r["timeouts"]),
+            ]
+        )
+    return table(
+        [
+            "variant",
+            "mean %core",
+            "max %core",
+            "max %core (stat)",
+            "ctx sw/s",
+            "drain ms",
+            "timeouts",
+        ],
+        rows,
+    )
+
+
+def fs_type(path: Path) -> str:
+    best, kind = "", "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            mount = parts[1]
+            if str(path).startswith(mount.rstrip("/") + "/") and len(mount) >= len(best):
+                best, kind = mount, f"{parts[2]} on {parts[0]} ({mount})"
+    return kind
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke run, about 30 s")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also save raw numbers as JSON")
+    p.add_argument("--dir", type=Path, help="where to make temp dirs (default: system temp)")
+    p.add_argument("--rounds", type=int, help="rounds of part 1 (default 3, quick 1)")
+    p.add_argument("--cycle-seconds", type=float, help="seconds per variant per round (2 / 0.5)")
+    p.add_argument("--procs", type=int, default=8, help="contending processes / idle waiters")
+    p.add_argument("--hold-ms", type=float, default=2.0, help="hold time under contention")
+    p.add_argument("--contend-seconds", type=float, help="per variant (default 10, quick 3)")
+    p.add_argument("--idle-seconds", type=float, help="idle-waiter window (default 5, quick 2)")
+    p.add_argument("--skip", action="append", default=[], choices=["cycles", "contend", "idle"])
+    p.add_argument("--worker", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.worker:
+        return run_worker(*args.worker)
+    quick = args.quick
+    root = Path(tempfile.mkdtemp(prefix="tenure-bench-", dir=args.dir))
+    settings = Settings(
+        rounds=args.rounds or (1 if quick else 3),
+        cycle_seconds=args.cycle_seconds or (0.5 if quick else 2.0),
+        max_cycles=200_000,
+        warmup=20 if quick else 100,
+        procs=args.procs,
+        hold_s=args.hold_ms / 1e3,
+        contend_seconds=args.contend_seconds or (3.0 if quick else 10.0),
+        idle_hold_s=args.idle_seconds or (2.0 if quick else 5.0),
+        root=root,
+    )
+    began = time.monotonic()
+    env = {
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(),
+        "filesystem": fs_type(root),
+        "quick": quick,
+    }
+    out: dict[str, Any] = {"env": env, "settings": {**settings.__dict__, "root": str(root)}}
+    print(
+        f"tenure SQLite benchmark — Python {env['python']}, SQLite {env['sqlite']}, "
+        f"{env['cpus']} CPUs, load {env['loadavg_at_start'][0]:.2f}\n"
+        f"temp dirs in {root} — {env['filesystem']} (fsync cost decides the floor)"
+    )
+    try:
+        if "cycles" not in args.skip:
+            rounds = settings.rounds
+            print(
+                f"\n== 1. uncontended acquire+release cycle, one process, one name "
+                f"({rounds} round{'s' * (rounds > 1)} x {settings.cycle_seconds:g} s per variant, "
+                f"order rotated per round; median round shown) =="
+            )
+            cycle_rounds = Bench(settings).cycles()
+            text, ratios = report_cycles(cycle_rounds)
+            print(text)
+            out["cycles"] = {"rounds": cycle_rounds, "ratio_to_floor": ratios}
+        bench = Bench(settings)
+        if "contend" not in args.skip:
+            print(
+                f"\n== 2. {settings.procs} processes contending for one lock, "
+                f"{settings.contend_seconds:g} s each, holding {settings.hold_s * 1e3:g} ms "
+                f"(sleep) per acquisition =="
+            )
+            contended = []
+            for variant in CONTEND_VARIANTS:
+                contended.append(bench.contend(variant))
+                progress(f"contention {variant}: {contended[-1]['per_s']:.0f} acq/s")
+            print(report_contention(contended, settings))
+            out["contention"] = contended
+        if "idle" not in args.skip:
+            print(
+                f"\n== 3. idle waiters: {settings.procs} processes blocked behind one holder, "
+                f"CPU over a {settings.idle_hold_s:g} s window (target < "
+                f"{TARGET_IDLE_CPU * 100:g}% of a core per waiter) =="
+            )
+            idle = []
+            for variant in CONTEND_VARIANTS:
+                idle.append(bench.idle(variant))
+                progress(f"idle {variant} done")
+            print(report_idle(idle))
+            print(
+                "  %core from /proc/PID/task/*/schedstat; (stat) = utime+stime ticks, 10 ms grain;"
+                " portalocker waiters use timeout = window + 60 s, default check_interval"
+            )
+            out["idle"] = idle
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out["elapsed_s"] = time.monotonic() - began
+    print(f"\ntotal {out['elapsed_s']:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+        print(f"raw numbers saved to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: every worker stopped, temp dirs removed", file=sys.stderr)
+        sys.exit(130)
