@@ -92,6 +92,9 @@ class AsyncClient:
         if self._tg is None:
             raise TenureError("use the client as `async with tenure.connect_async(...)`")
         timing = Timing(ttl, self.drift, self.margin)
+        keeper = self._sessions.get(timing.ttl)
+        if keeper is not None and not keeper.expired():
+            return keeper  # the common case, without a checkpoint
         async with self._session_lock:
             keeper = self._sessions.get(timing.ttl)
             if keeper is None or keeper.expired():

@@ -280,14 +280,8 @@ class SQLiteStore(Store):
         def tx(db: sqlite3.Connection, now: float) -> Grant | Busy:
             nonlocal mine
             params = self._params(now, id=session.id, name=name)
-            alive = db.execute(
-                "SELECT 1 FROM tenure_sessions s WHERE id = :id AND " + LIVE, params
-            ).fetchone()
-            if alive is None:
-                raise SessionGone
             holder = self._holder(db, name, now)
             if holder is None:
-                db.execute("DELETE FROM tenure_locks WHERE name = ?", (name,))  # expired, if any
                 head = db.execute(
                     "SELECT w.seq FROM tenure_waiters w JOIN tenure_sessions s ON s.id = w.session"
                     " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq LIMIT 1",
@@ -295,6 +289,11 @@ class SQLiteStore(Store):
                 ).fetchone()
                 if head is None or (mine is not None and head[0] == mine.seq):
                     return self._grant(db, now, session, name, mine)
+            alive = db.execute(
+                "SELECT 1 FROM tenure_sessions s WHERE id = :id AND " + LIVE, params
+            ).fetchone()
+            if alive is None:
+                raise SessionGone
             if mine is not None:
                 still = db.execute(
                     "SELECT 1 FROM tenure_waiters WHERE seq = ?", (mine.seq,)
@@ -348,21 +347,26 @@ class SQLiteStore(Store):
         name: str,
         ticket: Ticket | None,
     ) -> Grant:
+        # The grant renews the session (so the holder's deadline counts from this request) and
+        # proves it alive in the same statement.
+        renewed = db.execute(
+            "UPDATE tenure_sessions AS s SET expires = :new WHERE id = :id AND " + LIVE,
+            self._params(now, new=now + session.ttl, id=session.id),
+        )
+        if renewed.rowcount != 1:
+            raise SessionGone
         (token,) = db.execute(
             "INSERT INTO tenure_tokens (name, last) VALUES (?, 1)"
             " ON CONFLICT (name) DO UPDATE SET last = last + 1 RETURNING last",
             (name,),
         ).fetchone()
+        # REPLACE: a row left by an expired holder goes in the same statement.
         db.execute(
-            "INSERT INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
+            "INSERT OR REPLACE INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
             (name, token, session.id),
         )
         if ticket is not None:
             db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (ticket.seq,))
-        # The grant renews the session, so the holder's deadline counts from this request.
-        db.execute(
-            "UPDATE tenure_sessions SET expires = ? WHERE id = ?", (now + session.ttl, session.id)
-        )
         return Grant(token=int(token), renewed_session=True)
 
     def _enqueue(
