@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import AsyncExitStack
 
 import anyio
@@ -10,6 +11,7 @@ import pytest
 import tenure
 from tenure import AsyncClient, LeaseLost, NotAcquired
 from tenure._url import open_store
+from tenure.stores._spi import Busy, Grant
 from tenure.testing import FaultyStore
 
 pytestmark = pytest.mark.anyio
@@ -264,3 +266,35 @@ def test_sync_with_block_raises_when_lease_was_lost(store_url: str) -> None:
     finally:
         faulty.hang_keep_alive = False
         client.close()
+
+
+async def test_waiter_giving_up_as_it_is_granted_passes_the_lock_on(store_url: str) -> None:
+    """Store level: a release may grant the lock to a waiter at the moment it gives up; leaving
+    must then pass the lock on (or free it), never leave it held by nobody."""
+    store = open_store(store_url)
+    owner = tenure.Owner("test", os.getpid())
+    try:
+        a, b, c = [await store.open_session(5, owner) for _ in range(3)]
+        granted = await store.attempt(a, "handoff", None, enqueue=True)
+        assert isinstance(granted, Grant)
+        b_busy = await store.attempt(b, "handoff", None, enqueue=True)
+        c_busy = await store.attempt(c, "handoff", None, enqueue=True)
+        assert isinstance(b_busy, Busy) and isinstance(c_busy, Busy)
+        assert b_busy.ticket is not None and c_busy.ticket is not None
+        await store.release(a, "handoff", granted.token)  # next in line: b
+        await store.leave(b_busy.ticket)  # ...which gives up at that very moment
+        with anyio.fail_after(5):
+            while True:
+                outcome = await store.attempt(c, "handoff", c_busy.ticket, enqueue=True)
+                if isinstance(outcome, Grant):
+                    break
+                await store.wait(c_busy.ticket, outcome, 0.5)
+        assert outcome.token > granted.token
+        [info] = await store.locks("handoff")
+        assert info.token == outcome.token
+        await store.release(c, "handoff", outcome.token)
+        assert await store.locks("handoff") == []
+    finally:
+        for session in (a, b, c):
+            await store.close_session(session)
+        await store.aclose()

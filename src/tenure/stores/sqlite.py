@@ -5,9 +5,11 @@
   table, never deleted, so they keep growing across releases, restarts and deleted lock rows.
 - Expiry is judged by this host's boot clock (CLOCK_BOOTTIME) together with the kernel's boot id:
   immune to wall-clock jumps, and a lease written in an earlier boot is expired.
-- Waiters queue in arrival order. SQLite has no notifications, so each waiter listens on its own
-  FIFO and whoever frees the lock writes one byte to the FIFO of the next live waiter only; a
-  waiter also wakes when the holder's lease could expire, and at least every few seconds.
+- Waiters queue in arrival order. A release hands the lock straight to the next waiter that is
+  still listening, in the release's own transaction (its token is counted there), then wakes that
+  waiter only: SQLite has no notifications, so each waiter listens on its own FIFO. The woken
+  waiter just reads its grant; nobody can barge in between. A waiter also wakes when the
+  holder's lease could expire (a crashed holder releases nothing), and at least every few seconds.
 - "database is locked" never reaches the user: busy transactions are retried here.
 """
 
@@ -44,7 +46,8 @@ CREATE TABLE IF NOT EXISTS tenure_sessions (
     host TEXT NOT NULL, pid INTEGER NOT NULL, label TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_tokens (name TEXT PRIMARY KEY, last INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_locks (
-    name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL);
+    name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL,
+    waiter INTEGER);
 CREATE TABLE IF NOT EXISTS tenure_waiters (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL, session INTEGER NOT NULL, wake TEXT NOT NULL);
@@ -251,20 +254,15 @@ class SQLiteStore(Store):
     async def close_session(self, session: Session) -> None:
         assert isinstance(session, SQLiteSession)
 
-        def tx(db: sqlite3.Connection, now: float) -> list[str]:
-            names = [
-                row[0]
-                for row in db.execute(
-                    "SELECT name FROM tenure_locks WHERE session = ?", (session.id,)
-                )
-            ]
+        def tx(db: sqlite3.Connection, now: float) -> list[int]:
+            query = "SELECT name FROM tenure_locks WHERE session = ?"
+            names = [row[0] for row in db.execute(query, (session.id,))]
             db.execute("DELETE FROM tenure_locks WHERE session = ?", (session.id,))
             db.execute("DELETE FROM tenure_waiters WHERE session = ?", (session.id,))
             db.execute("DELETE FROM tenure_sessions WHERE id = ?", (session.id,))
-            return names
+            return [fd for name in names if (fd := self._hand_over(db, name, now)) is not None]
 
-        for name in await self._transaction(tx):
-            await self._wake_next(name)
+        self._wake(await self._transaction(tx))
 
     # -- locks ---------------------------------------------------------------------------
 
@@ -273,6 +271,11 @@ class SQLiteStore(Store):
     ) -> Grant | Busy:
         assert isinstance(session, SQLiteSession)
         assert ticket is None or isinstance(ticket, Ticket)
+        if ticket is not None:
+            handed = self._handed_to(session, ticket)
+            if handed is not None:
+                self._give_back(ticket.wake, ticket.fd)
+                return handed
         mine = ticket
         # A spare FIFO lets the first transaction join the queue at once if the lock is busy.
         fifo = self._spare.pop() if enqueue and mine is None and self._spare else None
@@ -326,6 +329,19 @@ class SQLiteStore(Store):
             self._give_back(ticket.wake, ticket.fd)
         return outcome
 
+    def _handed_to(self, session: SQLiteSession, ticket: Ticket) -> Grant | None:
+        """Did a release hand us the lock? One read, no write lock: the release did the work."""
+        try:
+            row = self._db.execute(
+                "SELECT l.token FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+                " WHERE l.name = :name AND l.waiter = :seq AND s.id = :id AND " + LIVE,
+                self._params(REAL_CLOCK.now(), name=ticket.name, seq=ticket.seq, id=session.id),
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        # Our session renewed by its keeper, not by this grant: its deadline stands as it is.
+        return None if row is None else Grant(token=int(row[0]), renewed_session=False)
+
     def _holder(self, db: sqlite3.Connection, name: str, now: float) -> LockInfo | None:
         row = db.execute(
             "SELECT l.token, s.host, s.pid, s.label, s.expires,"
@@ -355,11 +371,7 @@ class SQLiteStore(Store):
         )
         if renewed.rowcount != 1:
             raise SessionGone
-        (token,) = db.execute(
-            "INSERT INTO tenure_tokens (name, last) VALUES (?, 1)"
-            " ON CONFLICT (name) DO UPDATE SET last = last + 1 RETURNING last",
-            (name,),
-        ).fetchone()
+        token = self._next_token(db, name)
         # REPLACE: a row left by an expired holder goes in the same statement.
         db.execute(
             "INSERT OR REPLACE INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
@@ -367,7 +379,17 @@ class SQLiteStore(Store):
         )
         if ticket is not None:
             db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (ticket.seq,))
-        return Grant(token=int(token), renewed_session=True)
+        return Grant(token=token, renewed_session=True)
+
+    @staticmethod
+    def _next_token(db: sqlite3.Connection, name: str) -> int:
+        """The per-name counter: its row is never deleted, so tokens never repeat."""
+        (token,) = db.execute(
+            "INSERT INTO tenure_tokens (name, last) VALUES (?, 1)"
+            " ON CONFLICT (name) DO UPDATE SET last = last + 1 RETURNING last",
+            (name,),
+        ).fetchone()
+        return int(token)
 
     def _enqueue(
         self, db: sqlite3.Connection, session: SQLiteSession, name: str, wake: Path, fd: int
@@ -386,29 +408,37 @@ class SQLiteStore(Store):
         with contextlib.suppress(BlockingIOError):
             os.read(ticket.fd, 4096)  # drain the wake-up bytes
 
-    async def _forget_waiter(self, seq: int) -> None:
-        await self._transaction(
-            lambda db, now: db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
-        )
-
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, Ticket)
-        await self._forget_waiter(ticket.seq)
+
+        def tx(db: sqlite3.Connection, now: float) -> list[int]:
+            db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (ticket.seq,))
+            # A release may have handed us the lock as we gave up: pass it on.
+            handed = db.execute(
+                "DELETE FROM tenure_locks WHERE name = ? AND waiter = ?", (ticket.name, ticket.seq)
+            )
+            if handed.rowcount == 0:
+                return []
+            fd = self._hand_over(db, ticket.name, now)
+            return [] if fd is None else [fd]
+
+        self._wake(await self._transaction(tx))
         self._give_back(ticket.wake, ticket.fd)
-        await self._wake_next(ticket.name)  # we may have been the one woken: pass it on
 
     async def release(self, session: Session, name: str, token: int) -> None:
         assert isinstance(session, SQLiteSession)
 
-        def tx(db: sqlite3.Connection, now: float) -> bool:
+        def tx(db: sqlite3.Connection, now: float) -> list[int]:
             cur = db.execute(
                 "DELETE FROM tenure_locks WHERE name = ? AND token = ? AND session = ?",
                 (name, token, session.id),
             )
-            return cur.rowcount == 1
+            if cur.rowcount == 0:
+                return []  # not ours (any more): nothing to release, nobody to wake
+            fd = self._hand_over(db, name, now)
+            return [] if fd is None else [fd]
 
-        if await self._transaction(tx):
-            await self._wake_next(name)
+        self._wake(await self._transaction(tx))
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         now = REAL_CLOCK.now()
@@ -455,33 +485,45 @@ class SQLiteStore(Store):
         with contextlib.suppress(OSError):
             path.unlink()
 
-    async def _wake_next(self, name: str) -> None:
-        """Wake the first live waiter for ``name``; drop waiters that are no longer listening."""
-        for _ in range(64):
-            now = REAL_CLOCK.now()
-            row = self._db.execute(
-                "SELECT w.seq, w.wake FROM tenure_waiters w"
-                " JOIN tenure_sessions s ON s.id = w.session"
-                " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq LIMIT 1",
-                self._params(now, name=name),
-            ).fetchone()
-            if row is None:
-                return
-            seq, wake = row
+    def _hand_over(self, db: sqlite3.Connection, name: str, now: float) -> int | None:
+        """Inside a transaction that freed ``name``: grant it to the first live waiter.
+
+        Returns the open write end of that waiter's FIFO, to be written once the transaction
+        has committed. Waiters whose FIFO nobody reads any more (their process is gone) are
+        dropped on the way, so a dead waiter never holds up the queue.
+        """
+        rows = db.execute(
+            "SELECT w.seq, w.session, w.wake FROM tenure_waiters w"
+            " JOIN tenure_sessions s ON s.id = w.session"
+            " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq",
+            self._params(now, name=name),
+        ).fetchall()
+        for seq, session, wake in rows:
+            db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
             try:
                 fd = os.open(self.wake_dir / wake, os.O_WRONLY | os.O_NONBLOCK)
             except OSError as exc:
-                if exc.errno not in (errno.ENXIO, errno.ENOENT):
-                    return
-                # Nobody listens there: that waiter is gone without leaving. Skip it for good.
-                with contextlib.suppress(OSError):
-                    (self.wake_dir / wake).unlink()
-                await self._forget_waiter(seq)
-                continue
+                if exc.errno in (errno.ENXIO, errno.ENOENT):  # nobody listens: gone
+                    with contextlib.suppress(OSError):
+                        (self.wake_dir / wake).unlink()
+                    continue
+                raise StoreUnavailable(f"cannot wake a waiter in {self.wake_dir}: {exc}") from None
+            token = self._next_token(db, name)
+            db.execute(
+                "INSERT OR REPLACE INTO tenure_locks (name, token, session, waiter)"
+                " VALUES (?, ?, ?, ?)",
+                (name, token, session, seq),
+            )
+            return fd
+        return None
+
+    @staticmethod
+    def _wake(fds: list[int]) -> None:
+        """After commit: one byte to each handed-to waiter's FIFO."""
+        for fd in fds:
             try:
                 os.write(fd, b"!")
             except BlockingIOError:
-                pass  # its pipe is full of earlier wake-ups: it will wake anyway
+                pass  # its pipe is full of earlier wake-ups: it wakes anyway
             finally:
                 os.close(fd)
-            return
