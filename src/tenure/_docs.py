@@ -1,6 +1,6 @@
 """The docs' store table, made from the stores' declared capabilities (never typed by hand).
 
-    python -m tenure._docs      # prints the table that README.md must contain
+python -m tenure._docs      # prints the table that README.md must contain
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ TenureError
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .stores._spi import LockInfo
+
 
 class TenureError(Exception):
     """Root of every error tenure raises."""
@@ -26,7 +31,7 @@ class StoreUnavailable(TenureError, ConnectionError):
 class NotAcquired(TenureError, TimeoutError):
     """The lock is held by someone else and the caller would not (or could no longer) wait."""
 
-    def __init__(self, message: str, holder: object | None = None) -> None:
+    def __init__(self, message: str, holder: LockInfo | None = None) -> None:
         super().__init__(message)
         self.holder = holder
 

@@ -76,8 +76,9 @@ async def acquire(
                     continue
                 return lease  # no checkpoint between the grant and here
             ticket = outcome.ticket
-            if on_wait is not None and outcome.holder != last_holder:
-                last_holder = outcome.holder
+            seen = None if outcome.holder is None else (outcome.holder.token, outcome.holder.owner)
+            if on_wait is not None and seen != last_holder:
+                last_holder = seen  # report a new holder, not every tick of its time left
                 on_wait(outcome.holder)
             left = give_up - clock.now()
             if not wait or left <= 0:

@@ -1,11 +1,11 @@
 """A store wrapper that injects faults into the calls a client makes.
 
-    store = FaultyStore(tenure._url.open_store(url))
-    async with tenure.AsyncClient(store) as client:
-        ...
-        store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
-        store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
-        store.drop_sessions = True       # the store answers that the session is gone: lost at once
+store = FaultyStore(tenure._url.open_store(url))
+async with tenure.AsyncClient(store) as client:
+    ...
+    store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
+    store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
+    store.drop_sessions = True       # the store answers that the session is gone: lost at once
 """
 
 from __future__ import annotations

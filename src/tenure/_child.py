@@ -1,0 +1,213 @@
+"""Child-process supervision for the commands that run a program under a lock.
+
+Used by ``tenure run`` (and meant for ``tenure elect`` / ``tenure once``). A child:
+
+- runs in its own process group, so signals reach everything it started (``os.killpg``);
+- on Linux, dies with SIGKILL if tenure dies, even by SIGKILL (``PR_SET_PDEATHSIG``). That signal
+  fires when the *thread* that forked exits, so `running` must be entered in the main thread;
+- is stopped in two steps when its lease is lost: SIGTERM to its group at once, SIGKILL after a
+  grace period (`Child.stop`);
+- reports its end the way a shell does: its exit code, or 128+N if signal N killed it.
+
+`resolve_command` tells a missing command (127) from one that cannot be executed (126) before
+anything is acquired, with the shell's codes and one line of explanation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from subprocess import Popen
+from types import FrameType
+
+__all__ = ["Child", "CommandError", "die_with_parent_setter", "resolve_command", "running"]
+
+NOT_EXECUTABLE = 126
+NOT_FOUND = 127
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that tenure passes on to the child's process group while it runs."""
+
+_PR_SET_PDEATHSIG = 1
+
+
+class CommandError(Exception):
+    """The command cannot be started; ``code`` is the shell's exit code for it (126 or 127)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def resolve_command(command: str) -> str:
+    """The path that would be executed for ``command``, or `CommandError` (127/126)."""
+    if not command:
+        raise CommandError(NOT_FOUND, "empty command")
+    if os.sep in command:
+        if not os.path.exists(command):
+            raise CommandError(NOT_FOUND, f"{command}: no such file or directory")
+        if os.path.isdir(command):
+            raise CommandError(NOT_EXECUTABLE, f"{command}: is a directory")
+        if not os.access(command, os.X_OK):
+            raise CommandError(NOT_EXECUTABLE, f"{command}: permission denied")
+        return command
+    found = shutil.which(command)
+    if found is not None:
+        return found
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", command)
+        if os.path.isfile(candidate):
+            raise CommandError(NOT_EXECUTABLE, f"{command}: permission denied ({candidate})")
+    raise CommandError(NOT_FOUND, f"{command}: command not found")
+
+
+def die_with_parent_setter() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux).
+
+    Made in the parent (loading libc after fork could deadlock on a lock held by another
+    thread); a no-op elsewhere. The parent's pid is taken now, so the child can tell that the
+    parent died before the request took effect, and kill itself then.
+    """
+    parent = os.getpid()
+    prctl = _prctl()
+    if prctl is None:
+        return lambda: None
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_death_signal
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+class Child:
+    """A started child: its own process group, stopped in two steps, ended shell-style."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.pid = process.pid
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._done = False
+        self._timer: threading.Timer | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """True once `stop` was called while the child still ran."""
+        return self._stopping
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the child's whole process group (quietly, if it is gone)."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM to the group now, SIGKILL after ``grace`` seconds. Thread-safe, idempotent."""
+        with self._lock:
+            if self._stopping or self._done:
+                return
+            self._stopping = True
+            self.signal(signal.SIGTERM)
+            self._timer = threading.Timer(grace, self._kill)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _kill(self) -> None:
+        with self._lock:
+            if not self._done:
+                self.signal(signal.SIGKILL)
+
+    def wait(self) -> int:
+        """Wait for the child; its exit code, or 128+N if signal N killed it.
+
+        If it was being stopped, whatever is left of its group is killed at once: nothing that
+        ran under a lost lease outlives this call.
+        """
+        code = self.process.wait()
+        with self._lock:
+            if self._stopping:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self.signal(signal.SIGKILL)
+            self._done = True
+        return 128 - code if code < 0 else code
+
+
+@contextmanager
+def running(
+    argv: Sequence[str], env: Mapping[str, str], forward: Sequence[int] = FORWARDED
+) -> Iterator[Child]:
+    """Start ``argv``; inside the block, signals in ``forward`` go to the child's group.
+
+    The child runs in its own process group and (on Linux) is set to die if this process dies.
+    Call from the main thread (see the module docstring). Raises `CommandError` if the command
+    cannot be executed. Leaving the block kills the child if it still runs, and restores the
+    previous signal handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("running() must be called from the main thread (PR_SET_PDEATHSIG)")
+    child: Child | None = None
+    early: list[int] = []
+
+    def forward_signal(signum: int, _frame: FrameType | None) -> None:
+        if child is None:
+            early.append(signum)
+        else:
+            child.signal(signum)
+
+    # Blocked while the child starts, so a signal is either early (no child: re-raised below)
+    # or forwarded; never lost in between. The child unblocks them before exec.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, forward)
+    previous = {signum: signal.signal(signum, forward_signal) for signum in forward}
+    try:
+        try:
+            child = Child(_popen(argv, env, mask))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            yield child
+        finally:
+            if child.process.poll() is None:
+                child.signal(signal.SIGKILL)
+                child.process.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in early:
+            signal.raise_signal(signum)
+
+
+def _popen(argv: Sequence[str], env: Mapping[str, str], mask: Iterable[int]) -> Popen[bytes]:
+    die_with_parent = die_with_parent_setter()
+
+    def in_child() -> None:  # between fork and exec: keep it to a few system calls
+        os.setpgid(0, 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        die_with_parent()
+
+    try:
+        return subprocess.Popen(list(argv), env=dict(env), preexec_fn=in_child)
+    except FileNotFoundError:
+        raise CommandError(NOT_FOUND, f"{argv[0]}: command not found") from None
+    except OSError as exc:
+        raise CommandError(NOT_EXECUTABLE, f"{argv[0]}: {exc.strerror or exc}") from None

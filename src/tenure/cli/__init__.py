@@ -1,0 +1,132 @@
+"""The ``tenure`` command line: ``tenure run``, ``tenure ls``, ``tenure demo``.
+
+Every error is one line on stderr (``tenure: error: …``) and a documented exit code; the codes
+are defined here, once, and shown by ``tenure --help``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+import click
+
+from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureError
+
+# -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
+EXIT_OK = 0
+EXIT_NOT_HELD = 1
+"""``tenure ls NAME``: the lock is not held."""
+EXIT_USAGE = 2
+"""Bad input: a bad option, TTL, timeout, lock name or store URL."""
+EXIT_UNAVAILABLE = 69
+"""The store cannot be opened, read or written (sysexits EX_UNAVAILABLE)."""
+EXIT_BUSY = 75
+"""Not acquired: the lock is held and --no-wait was given or --timeout passed (EX_TEMPFAIL)."""
+EXIT_LOST = 76
+"""The lease was lost while the command ran; the command was stopped."""
+EXIT_NOT_EXECUTABLE = 126
+"""The command exists but cannot be executed (as a shell)."""
+EXIT_NOT_FOUND = 127
+"""The command was not found (as a shell)."""
+EXIT_SIGNAL_BASE = 128
+"""128+N: the command was killed by signal N, or tenure was interrupted by N while waiting."""
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0-125    tenure run: the command's own exit code
+  1        tenure ls NAME: the lock is not held
+  2        bad input (option, TTL, timeout, lock name, store URL)
+  69       the store is unavailable (cannot be opened, read or written)
+  75       busy: not acquired (--no-wait, or --timeout passed)
+  76       the lease was lost while the command ran (it was stopped)
+  126/127  the command cannot be executed / was not found
+  128+N    the command was killed by signal N
+  129/130/143  SIGHUP/SIGINT/SIGTERM while waiting for the lock (nothing held)
+"""
+
+
+def store_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--store",
+        metavar="URL",
+        default=None,
+        help="Store URL, e.g. sqlite:////abs/path.db (default: $TENURE_STORE, else the "
+        "embedded SQLite file).",
+    )(func)
+
+
+class _Commands(click.Group):
+    """The subcommands, each in its own module, imported when used (and for --help)."""
+
+    names = ("run", "ls", "demo")
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.names:
+            return None
+        command = getattr(importlib.import_module(f"{__name__}.{cmd_name}"), cmd_name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(
+    cls=_Commands,
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="tenure", prog_name="tenure")
+def cli() -> None:
+    """Distributed locks, leases and fencing tokens."""
+
+
+def error(message: str) -> None:
+    """Print one error line on stderr."""
+    click.echo(f"tenure: error: {one_line(message)}", err=True)
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    hint = ""
+    if exc.ctx is not None:
+        hint = f" (see '{exc.ctx.command_path} --help')"
+    return f"{exc.format_message()}{hint}"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The console entry point: run the command, turn every error into one line and a code."""
+    try:
+        code = cli.main(args=argv, prog_name="tenure", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # plain `tenure`: help, as click does
+        click.echo(exc.format_message(), err=True)
+        code = EXIT_USAGE
+    except click.UsageError as exc:
+        error(_usage_line(exc))
+        code = EXIT_USAGE
+    except click.ClickException as exc:
+        error(exc.format_message())
+        code = exc.exit_code
+    except click.Abort:
+        code = EXIT_SIGNAL_BASE + 2
+    except InvalidArgument as exc:
+        error(str(exc))
+        code = EXIT_USAGE
+    except StoreUnavailable as exc:
+        error(str(exc))
+        code = EXIT_UNAVAILABLE
+    except NotAcquired as exc:
+        click.echo(f"tenure: {one_line(str(exc))}", err=True)
+        code = EXIT_BUSY
+    except TenureError as exc:
+        error(str(exc))
+        code = 1
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,5 @@
+"""`python -m tenure.cli`: the same as the `tenure` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,237 @@
+"""``tenure run NAME -- CMD``: run a command while holding a lock, like flock(1) across processes.
+
+Waiting: one stderr line per change of holder. SIGINT/SIGTERM/SIGHUP while waiting leave the
+queue and exit 128+N with nothing held. Running: the command gets TENURE_TOKEN, TENURE_LOCK and
+TENURE_STORE, runs in its own process group, receives the signals tenure receives, and dies if
+tenure dies. A lost lease stops it (SIGTERM, SIGKILL after --grace) and tenure exits 76.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+
+import click
+
+import tenure
+
+from .._child import FORWARDED, CommandError, resolve_command, running
+from .._lock import check_timeout
+from .._names import check_name
+from .._state import Timing
+from ..stores._spi import LockInfo
+from . import (
+    EXIT_BUSY,
+    EXIT_CODES_HELP,
+    EXIT_LOST,
+    EXIT_SIGNAL_BASE,
+    error,
+    one_line,
+    store_option,
+)
+
+DEFAULT_TTL = 30.0
+DEFAULT_GRACE = 10.0
+
+
+class Interrupted(BaseException):
+    """A signal arrived while no command was running (like KeyboardInterrupt, for any signal)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def _signals_interrupt(signals: Sequence[int] = FORWARDED) -> Iterator[None]:
+    """Turn the first of ``signals`` into `Interrupted`; ignore later ones while cleaning up."""
+    fired: list[int] = []
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def describe(holder: LockInfo) -> str:
+    """``host pid 123 (label 'ci'), token 7, expires in 28.1s``."""
+    owner = holder.owner
+    label = f" (label {owner.label!r})" if owner.label else ""
+    return (
+        f"{owner.host} pid {owner.pid}{label}, token {holder.token}, "
+        f"expires in {max(0.0, holder.expires_in):.1f}s"
+    )
+
+
+class WaitReporter:
+    """Prints who holds the lock while we wait: one line per change of holder."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._last: tuple[object, ...] | None = None
+
+    def __call__(self, holder: LockInfo | None) -> None:
+        key = (None,) if holder is None else (holder.token, holder.owner)
+        if key == self._last:
+            return
+        self._last = key
+        if holder is None:
+            what = "free, but others are ahead in the queue"
+        else:
+            what = f"held by {describe(holder)}"
+        click.echo(f"tenure: waiting for lock {self.name!r}: {what}", err=True)
+
+
+def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, label: str) -> None:
+    """Refuse bad input before anything is opened, created or acquired."""
+    check_name(name)
+    Timing(ttl)
+    check_timeout(timeout)
+    if not math.isfinite(grace) or grace < 0:
+        raise tenure.InvalidArgument(f"grace must be a finite number >= 0 seconds, got {grace!r}")
+    if not label.isprintable() or len(label.encode("utf-8", "surrogatepass")) > 255:
+        raise tenure.InvalidArgument(f"label must be printable and at most 255 bytes: {label!r}")
+
+
+@click.command(
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--ttl",
+    type=float,
+    default=DEFAULT_TTL,
+    show_default=True,
+    metavar="S",
+    help="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait for the lock, or exit 75 at once if it is held.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Give up waiting after S seconds (exit 75). Default: wait as long as it takes.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=DEFAULT_GRACE,
+    show_default=True,
+    metavar="S",
+    help="On a lost lease: seconds between SIGTERM and SIGKILL to the command's process group.",
+)
+@store_option
+@click.option("--label", default="", help="A label shown to waiters and by 'tenure ls'.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not report the holder while waiting.")
+def run(
+    name: str,
+    command: tuple[str, ...],
+    ttl: float,
+    wait: bool,
+    timeout: float | None,
+    grace: float,
+    store: str | None,
+    label: str,
+    quiet: bool,
+) -> int:
+    """Run COMMAND while holding the lock NAME (put -- before the command).
+
+    The command gets TENURE_TOKEN (its fencing token), TENURE_LOCK and TENURE_STORE in its
+    environment, runs in its own process group, and receives SIGINT, SIGTERM and SIGHUP sent to
+    tenure. If tenure dies, the command dies too (Linux). If the lease is lost, the command gets
+    SIGTERM, then SIGKILL after --grace seconds, and tenure exits 76.
+    """
+    _check_inputs(name, ttl, timeout, grace, label)
+    try:
+        resolve_command(command[0])
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    try:
+        with _signals_interrupt():
+            return _locked_run(name, command, ttl, wait, timeout, grace, store, label, quiet)
+    except Interrupted as exc:
+        what = signal.Signals(exc.signum).name
+        if not quiet:
+            click.echo(f"tenure: interrupted by {what}; lock {name!r} not held", err=True)
+        return EXIT_SIGNAL_BASE + exc.signum
+
+
+def _locked_run(
+    name: str,
+    command: tuple[str, ...],
+    ttl: float,
+    wait: bool,
+    timeout: float | None,
+    grace: float,
+    store: str | None,
+    label: str,
+    quiet: bool,
+) -> int:
+    client = tenure.connect(store, label=label)
+    try:
+        on_wait = None if quiet or not wait else WaitReporter(name)
+        try:
+            lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+        except tenure.NotAcquired as exc:
+            if not quiet:
+                holder = exc.holder
+                who = f"held by {describe(holder)}" if holder is not None else "busy"
+                how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
+                click.echo(f"tenure: lock {name!r} not acquired ({how}): {who}", err=True)
+            return EXIT_BUSY
+        try:
+            return _supervise(lease, command, client.url, grace)
+        finally:
+            lease.release()
+    finally:
+        client.close()
+
+
+def _supervise(lease: tenure.Lease, command: tuple[str, ...], url: str, grace: float) -> int:
+    env = dict(os.environ)
+    env.update(TENURE_TOKEN=str(lease.token), TENURE_LOCK=lease.name, TENURE_STORE=url)
+    try:
+        with running(command, env) as child:
+
+            def lost(lease: tenure.Lease) -> None:
+                click.echo(
+                    f"tenure: lease on {lease.name!r} (token {lease.token}) lost: "
+                    f"{one_line(lease.lost_reason or 'lost')}; stopping the command "
+                    f"(SIGTERM now, SIGKILL in {grace:g}s)",
+                    err=True,
+                )
+                child.stop(grace)
+
+            lease.on_lost(lost)
+            code = child.wait()
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    if child.stopping or lease.lost:
+        if not child.stopping:
+            click.echo(f"tenure: lease on {lease.name!r} was lost while the command ran", err=True)
+        return EXIT_LOST
+    return code
+
+
+__all__ = ["WaitReporter", "describe", "run"]

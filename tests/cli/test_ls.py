@@ -1,0 +1,81 @@
+"""`tenure ls`: the table for people, the detail of one lock, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conftest import Cli
+
+WAIT_FOR_GO = "while [ ! -e go ]; do sleep 0.02; done"
+
+
+def test_empty(cli: Cli) -> None:
+    done = cli("ls", "--store", cli.store)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "no locks held\n", "")
+    done = cli("ls", "--store", cli.store, "--json")
+    assert (done.returncode, json.loads(done.stdout)) == (0, [])
+
+
+def test_table_detail_and_json(cli: Cli) -> None:
+    holders = [
+        cli.start(
+            "run",
+            "--store",
+            cli.store,
+            "--ttl",
+            "20",
+            "--label",
+            label,
+            name,
+            "--",
+            "sh",
+            "-c",
+            WAIT_FOR_GO,
+            cwd=cli.tmp,
+        )
+        for name, label in (("backup-nightly", "cron"), ("db", ""))
+    ]
+    cli.until(lambda: len(cli.locks()) == 2, what="both locks held")
+    waiter = cli.start("run", "--store", cli.store, "db", "--", "true")
+    cli.until(lambda: cli.held("db", waiters=1), what="a waiter on db")
+
+    table = cli("ls", "--store", cli.store)
+    assert table.returncode == 0, table.stderr
+    header, first, second = table.stdout.splitlines()
+    assert header.split() == ["NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS"]
+    assert first.startswith("backup-nightly  1 ")
+    assert f"pid {holders[0].pid} (cron)" in first and first.endswith("0")
+    assert second.startswith("db ") and f"pid {holders[1].pid}" in second
+    assert second.endswith("1")  # one waiter
+    for column in ("TOKEN", "HOLDER", "EXPIRES", "WAITERS"):  # aligned columns
+        at = header.index(column)
+        assert first[at - 1] == second[at - 1] == " " and first[at] != " " != second[at]
+
+    data = json.loads(cli("ls", "--store", cli.store, "--json").stdout)
+    assert [entry["name"] for entry in data] == ["backup-nightly", "db"]
+    cron = data[0]
+    assert cron["token"] == 1 and cron["waiters"] == 0
+    assert cron["owner"]["pid"] == holders[0].pid and cron["owner"]["label"] == "cron"
+    assert isinstance(cron["owner"]["host"], str) and 0 < cron["expires_in"] <= 20
+    assert data[1]["waiters"] == 1
+
+    detail = cli("ls", "--store", cli.store, "backup-nightly")
+    assert detail.returncode == 0
+    fields = dict(line.split(":", 1) for line in detail.stdout.splitlines())
+    assert fields["lock"].strip() == "backup-nightly" and fields["token"].strip() == "1"
+    assert fields["pid"].strip() == str(holders[0].pid) and fields["label"].strip() == "cron"
+    assert fields["expires"].strip().startswith("in ") and fields["waiters"].strip() == "0"
+
+    (cli.tmp / "go").touch()
+    for proc in (*holders, waiter):
+        assert proc.wait(10) == 0
+    assert cli("ls", "--store", cli.store).stdout == "no locks held\n"
+
+
+def test_one_lock_not_held_exits_1(cli: Cli) -> None:
+    done = cli("ls", "--store", cli.store, "nothing")
+    assert (done.returncode, done.stdout) == (1, "lock 'nothing' is not held\n")
+    done = cli("ls", "--store", cli.store, "--json", "nothing")
+    assert (done.returncode, json.loads(done.stdout)) == (1, [])
