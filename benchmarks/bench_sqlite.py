@@ -54,7 +54,7 @@ CYCLE_VARIANTS = [
     "sqlite-floor",
     "portalocker",
     "flock",
-    "portal-hop",
+    "sync-hop",
 ]
 CONTEND_VARIANTS = ["tenure-sync", "portalocker", "flock"]
 
@@ -68,8 +68,8 @@ DESCRIBE = {
     "portalocker": "portalocker.Lock(path), defaults; acquire() opens+locks, release() "
     "unlocks+closes",
     "flock": "fcntl.flock(fd, LOCK_EX) / flock(fd, LOCK_UN) on one open fd",
-    "portal-hop": "reference, not a lock: 2 x anyio BlockingPortal.start_task_soon(no-op).result()"
-    " = the 2 thread hops the sync API makes per cycle",
+    "sync-hop": "reference, not a lock: 2 x the sync client's hand-off of a no-op to its loop "
+    "thread = the 2 thread hops the sync API makes per cycle",
 }
 
 TARGET_RATIO = 1.5
@@ -233,27 +233,26 @@ class SqliteFloor:
         self._db.close()
 
 
-class PortalHop:
-    """Not a lock: the cost of the sync API's thread hop into its event loop, twice per cycle."""
+class SyncHop:
+    """Not a lock: the sync API's hand-off into its event-loop thread, twice per cycle."""
 
     def __init__(self, workdir: Path) -> None:
-        from anyio.from_thread import start_blocking_portal
+        import tenure
 
         self.timeouts = 0
-        self._cm = start_blocking_portal()
-        self._portal = self._cm.__enter__()
+        self._client = tenure.connect(f"sqlite:///{workdir / 'hop.db'}")
 
     @staticmethod
     async def _noop() -> None:
         return None
 
     def acquire(self) -> None:
-        self._portal.start_task_soon(self._noop).result()
+        self._client._call(self._noop)  # the same call every sync method makes
 
     release = acquire
 
     def close(self) -> None:
-        self._cm.__exit__(None, None, None)
+        self._client.close()
 
 
 def make_lock(variant: str, workdir: Path, portalocker_timeout: float | None = None) -> SyncLock:
@@ -265,8 +264,8 @@ def make_lock(variant: str, workdir: Path, portalocker_timeout: float | None = N
         return FlockLock(workdir)
     if variant == "sqlite-floor":
         return SqliteFloor(workdir)
-    if variant == "portal-hop":
-        return PortalHop(workdir)
+    if variant == "sync-hop":
+        return SyncHop(workdir)
     raise BenchError(f"no sync lock variant {variant!r}")
 
 
