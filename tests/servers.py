@@ -6,6 +6,7 @@ and started again on the same port and data (for chaos tests); ``close()`` remov
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -20,6 +21,7 @@ from types import TracebackType
 PG_BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/local/bin"))
 PG_USER = "postgres"  # the system account: PostgreSQL refuses to run as root
 HOST = "127.0.0.1"
+PREFIX = "tenure-pg-"
 
 
 def free_port(host: str = HOST) -> int:
@@ -136,8 +138,12 @@ class PostgresServer:
         return argv
 
     def _initdb(self) -> None:
-        root = Path(tempfile.mkdtemp(prefix="tenure-pg-"))
+        reap_orphans()
+        root = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.root = root
+        # Whose server this is: a test run killed hard (SIGKILL, pytest-timeout's os._exit)
+        # cannot stop its server, so the next run stops it once this process is gone.
+        (root / "owner").write_text(str(os.getpid()))
         (root / "sock").mkdir()
         if os.geteuid() == 0:
             pw = pwd.getpwnam(PG_USER)
@@ -201,11 +207,13 @@ class PostgresServer:
             try:
                 psycopg.connect(self.dsn, connect_timeout=2).close()
                 return
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as e:
                 if time.monotonic() > deadline:
                     self._kill_group()
                     self.proc = None
-                    raise RuntimeError(f"postgres not ready after {timeout}s; log: {self._log()}")
+                    raise RuntimeError(
+                        f"postgres not ready after {timeout}s; log: {self._log()}"
+                    ) from e
                 time.sleep(0.05)
 
     def _postmaster_pid(self) -> int | None:
@@ -232,14 +240,10 @@ class PostgresServer:
         # with runuser it would be orphaned, and until init reaps it its PID in postmaster.pid
         # still looks alive and blocks a restart ("lock file already exists").
         self._signal_postmaster(signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
         # Backends notice a dead postmaster on their own; wait for them so a restart does not
         # find the old shared memory still attached.
@@ -272,3 +276,29 @@ def _group_alive(pgid: int) -> bool:
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
             return True
     return False
+
+
+def reap_orphans() -> None:
+    """Stop servers (and remove directories) left behind by test processes that no longer exist."""
+    for root in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            owner = int((root / "owner").read_text())
+            os.kill(owner, 0)
+            continue  # its owner still runs
+        except (PermissionError, ValueError):
+            continue  # the owner runs as someone else, or is writing the file right now
+        except OSError:
+            pass  # no owner file (not ours: skipped below) or the owner is gone
+        if not (root / "owner").exists():
+            continue
+        try:
+            pid = int((root / "data" / "postmaster.pid").read_text().split("\n", 1)[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError):
+            pid = 0
+        if pid and str(root / "data").encode() in cmdline:
+            os.kill(pid, signal.SIGQUIT)  # immediate shutdown: nobody needs this data
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        shutil.rmtree(root, ignore_errors=True)

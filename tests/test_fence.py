@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import random
 import sqlite3
@@ -18,8 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.rows import dict_row
-from servers import PostgresServer
 
+from servers import PostgresServer
 from tenure._errors import InvalidArgument, StaleToken, TenureError
 from tenure.fence import SQLFence
 
@@ -193,8 +194,9 @@ def test_resources_are_independent(db: DB) -> None:
 def test_fenced_refuses_a_connection_already_in_a_transaction(db: DB) -> None:
     conn = db.connect()
     conn.cursor().execute(f"INSERT INTO {db.data} (k, v) VALUES ('y', 'pending')")
-    with pytest.raises(InvalidArgument, match="commit or roll back"), db.fence.fenced(
-        conn, "orders", 1
+    with (
+        pytest.raises(InvalidArgument, match="commit or roll back"),
+        db.fence.fenced(conn, "orders", 1),
     ):
         pass
     conn.rollback()
@@ -305,16 +307,20 @@ def test_sqlite_admit_inside_callers_transaction(sqlite_db: DB) -> None:
     conn.close()
 
 
-def test_sqlite_fenced_holds_the_write_lock_from_the_start(sqlite_db: DB) -> None:
+def test_sqlite_fenced_takes_the_write_lock_at_begin(sqlite_db: DB) -> None:
     first = sqlite_db.connect()
     assert sqlite_db.path is not None
     second = sqlite3.connect(sqlite_db.path, timeout=0.2)
+    statements: list[str] = []
+    second.set_trace_callback(statements.append)
     with sqlite_db.fence.fenced(first, "orders", 1):
-        # BEGIN IMMEDIATE: a second fenced transaction cannot even start until the first ends.
-        with pytest.raises(sqlite3.OperationalError, match="locked"), sqlite_db.fence.fenced(
-            second, "orders", 2
+        # BEGIN IMMEDIATE: a second fenced transaction waits at BEGIN, before it reads anything.
+        with (
+            pytest.raises(sqlite3.OperationalError, match="locked"),
+            sqlite_db.fence.fenced(second, "orders", 2),
         ):
             pass
+        assert statements == ["BEGIN IMMEDIATE"]
         assert not second.in_transaction
     sqlite_db.write(second, "orders", 2, "two")
     assert sqlite_db.highest("orders") == 2
@@ -342,22 +348,24 @@ def _check_log(log: list[tuple[int, int]], refused: list[tuple[int, int]]) -> No
     """The safety check on ``(worker, token)`` rows in commit order: no token lower than an
     earlier one was ever accepted."""
     accepted = [token for _, token in log]
-    drops = [(a, b) for a, b in zip(accepted, accepted[1:]) if b < a]
+    drops = [(a, b) for a, b in itertools.pairwise(accepted) if b < a]
     assert not drops, f"a lower token was accepted after a higher one: {drops[:5]}"
     assert accepted[-1] == TOKENS  # the highest token ever offered always wins
     assert sorted(accepted + [t for t, _ in refused]) == list(range(1, TOKENS + 1))
     assert all(highest > token for token, highest in refused)
     assert refused, "the workload should include stale tokens"
+    assert _interleavings(log) >= 3, "the workers never interleaved: nothing was raced"
 
 
 def _interleavings(log: list[tuple[int, int]]) -> int:
-    return sum(a[0] != b[0] for a, b in zip(log, log[1:]))
+    return sum(a[0] != b[0] for a, b in itertools.pairwise(log))
 
 
 def _sqlite_worker(path: str, worker: int, seed: int, start: Any, results: Any) -> None:
     conn = sqlite3.connect(path, timeout=60)
     fence = SQLFence()
     refused = []
+    pause = random.Random(worker).uniform
     start.wait()
     for token in _hand(worker, seed):
         try:
@@ -365,6 +373,9 @@ def _sqlite_worker(path: str, worker: int, seed: int, start: Any, results: Any) 
                 cur.execute("INSERT INTO log (worker, token) VALUES (?, ?)", (worker, token))
         except StaleToken as e:
             refused.append((token, e.highest))
+        # SQLite's busy handler polls with growing sleeps (up to 100 ms), so a writer that loops
+        # with short pauses keeps winning the lock; pauses well above a commit let others in.
+        time.sleep(pause(0.004, 0.012))
     conn.close()
     results.put(refused)
 
@@ -394,7 +405,6 @@ def test_sqlite_concurrent_processes_never_accept_a_lower_token(
     assert conn.execute("SELECT token FROM tenure_fence").fetchall() == [(TOKENS,)]
     conn.close()
     _check_log(log, refused)
-    print("interleavings", _interleavings(log), len(log))
 
 
 def _pg_run(
@@ -409,6 +419,7 @@ def _pg_run(
     start = threading.Barrier(WORKERS)
 
     def work(worker: int) -> None:
+        pause = random.Random(worker).uniform
         try:
             with db.connect() as conn:
                 start.wait()
@@ -422,6 +433,7 @@ def _pg_run(
                                 conn.execute(insert, (worker, token))
                     except StaleToken as e:
                         refused.append((token, e.highest))
+                    time.sleep(pause(0, 0.002))  # let the other threads in (GIL, lock waits)
         except BaseException as e:
             errors.append(e)
 
@@ -441,7 +453,6 @@ def test_postgres_concurrent_threads_never_accept_a_lower_token(pg_db: DB) -> No
         log, refused = _pg_run(pg_db, f"shared{seed}", seed)
         _check_log(log, refused)
         assert pg_db.highest(f"shared{seed}") == TOKENS
-        print("interleavings", _interleavings(log), len(log))
 
 
 def test_postgres_same_run_without_the_fence_shows_the_violation(pg_db: DB) -> None:
@@ -628,22 +639,32 @@ def test_async_concurrent_tasks_never_accept_a_lower_token(
     pg_db.run(f"CREATE TABLE {log} (id BIGSERIAL PRIMARY KEY, worker INT, token BIGINT)")
     refused: list[tuple[int, int]] = []
 
-    async def work(worker: int) -> None:
+    connected: list[int] = []
+
+    async def work(worker: int, start: asyncio.Event) -> None:
+        pause = random.Random(worker).uniform
         async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
+            connected.append(worker)  # asyncio.Barrier needs Python 3.11
+            if len(connected) == WORKERS:
+                start.set()
+            await start.wait()
             for token in _hand(worker, seed=7):
                 try:
                     async with pg_db.fence.fenced_async(conn, "shared", token) as cur:
-                        await cur.execute(f"INSERT INTO {log} (worker, token) VALUES (%s, %s)", (worker, token))
+                        await cur.execute(
+                            f"INSERT INTO {log} (worker, token) VALUES (%s, %s)", (worker, token)
+                        )
                 except StaleToken as e:
                     refused.append((token, e.highest))
+                await asyncio.sleep(pause(0, 0.002))
 
     async def main() -> None:
-        await asyncio.gather(*(work(w) for w in range(WORKERS)))
+        start = asyncio.Event()
+        await asyncio.gather(*(work(w, start) for w in range(WORKERS)))
 
     asyncio.run(main())
     log_rows = pg_db.query(f"SELECT worker, token FROM {log} ORDER BY id")
     _check_log(log_rows, refused)
-    print("interleavings", _interleavings(log_rows), len(log_rows))
 
 
 def test_fenced_async_needs_an_async_connection(pg_db: DB) -> None:

@@ -36,7 +36,7 @@ from ._errors import InvalidArgument, StaleToken
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["SQLFence"]
+__all__ = ["DBAPICursor", "SQLFence"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}")
