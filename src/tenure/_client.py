@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 from ._clock import REAL_CLOCK, Clock
 from ._errors import LeaseLost, TenureError
 from ._lease import AsyncLease, LostCallback
-from ._lock import AsyncHold, WaitCallback, acquire, check_timeout
+from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_name
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
@@ -117,9 +117,7 @@ class AsyncClient:
         Raises ``NotAcquired`` if it is held and ``wait`` is False or ``timeout`` passes.
         ``on_wait(holder)`` is called whenever the holder seen while waiting changes.
         """
-        check_name(name)
-        Timing(ttl, self.drift, self.margin)
-        timeout = check_timeout(timeout)
+        timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
         return await acquire(self, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
 
     def lock(
@@ -132,9 +130,7 @@ class AsyncClient:
         on_wait: WaitCallback | None = None,
     ) -> AsyncHold:
         """``async with client.lock(name, ttl=30) as lease``; a lost lease cancels the body."""
-        check_name(name)
-        Timing(ttl, self.drift, self.margin)
-        check_timeout(timeout)
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
         return AsyncHold(
             lambda: self.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
         )
@@ -293,9 +289,7 @@ class Client:
         on_wait: WaitCallback | None = None,
     ) -> AbstractContextManager[Lease]:
         """``with client.lock(name, ttl=30) as lease``: released on exit; raises if lost."""
-        check_name(name)
-        Timing(ttl, self._async.drift, self._async.margin)
-        check_timeout(timeout)
+        check_arguments(name, ttl, timeout, self._async.drift, self._async.margin)
         client = self
 
         @contextmanager

@@ -16,6 +16,8 @@ import anyio
 
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
 from ._lease import AsyncLease
+from ._names import check_name
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from .stores._spi import Busy, LockInfo
 
 if TYPE_CHECKING:
@@ -35,6 +37,19 @@ def check_timeout(timeout: float | None) -> float | None:
     if math.isnan(timeout) or timeout < 0:
         raise InvalidArgument(f"timeout must be >= 0 seconds, got {timeout!r}")
     return float(timeout)
+
+
+def check_arguments(
+    name: str,
+    ttl: float,
+    timeout: float | None,
+    drift: float = DEFAULT_DRIFT,
+    margin: float = DEFAULT_MARGIN,
+) -> float | None:
+    """Refuse a bad lock name, TTL or timeout before anything is opened or acquired."""
+    check_name(name)
+    Timing(ttl, drift, margin)
+    return check_timeout(timeout)
 
 
 async def acquire(

@@ -20,9 +20,7 @@ import click
 import tenure
 
 from .._child import FORWARDED, CommandError, resolve_command, running
-from .._lock import check_timeout
-from .._names import check_name
-from .._state import Timing
+from .._lock import check_arguments
 from ..stores._spi import LockInfo
 from . import (
     EXIT_BUSY,
@@ -95,9 +93,7 @@ class WaitReporter:
 
 def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, label: str) -> None:
     """Refuse bad input before anything is opened, created or acquired."""
-    check_name(name)
-    Timing(ttl)
-    check_timeout(timeout)
+    check_arguments(name, ttl, timeout)
     if not math.isfinite(grace) or grace < 0:
         raise tenure.InvalidArgument(f"grace must be a finite number >= 0 seconds, got {grace!r}")
     if not label.isprintable() or len(label.encode("utf-8", "surrogatepass")) > 255:
