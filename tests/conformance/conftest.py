@@ -1,21 +1,34 @@
 """The conformance suite runs every test here against every store.
 
-A store joins by adding a parameter to ``store_url``: a URL to a fresh, empty namespace on a real
-server started by a shared fixture.
+A store joins by naming itself in ``STORES`` and providing a ``<store>_store_url`` fixture (in
+``tests/plugin_<store>.py``, loaded by ``tests/conftest.py``): a URL to a fresh, empty namespace
+on a real server started once per session by that store's shared fixture.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
+STORES = ["sqlite"] + [
+    name
+    for name in ("postgres", "etcd")
+    if importlib.util.find_spec(f"plugin_{name}") is not None  # while the stores are being built
+]
 
-@pytest.fixture(params=["sqlite"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/store.db"
-    raise AssertionError(request.param)
+
+@pytest.fixture(params=STORES)
+def store_url(request: pytest.FixtureRequest) -> str:
+    url = request.getfixturevalue(f"{request.param}_store_url")
+    assert isinstance(url, str)
+    return url
+
+
+@pytest.fixture
+def sqlite_store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/store.db"
 
 
 @pytest.fixture
