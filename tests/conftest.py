@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from servers import PG_BIN, PostgresServer
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
-pytest_plugins = [
-    f"plugin_{name}"
-    for name in ("postgres", "etcd")
-    if (Path(__file__).with_name(f"plugin_{name}.py")).exists()  # while the stores are built
-]
+pytest_plugins = ["plugin_postgres", "plugin_etcd"]
 
 
 @pytest.fixture(scope="session")

@@ -78,7 +78,10 @@ class AsyncClient:
             await self.aclose()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        # The body's own exception is not the keepers' business: passing it in would come out
+        # wrapped in an ExceptionGroup. It propagates unchanged from here.
+        await self._tg.__aexit__(None, None, None)
+        return None
 
     async def aclose(self) -> None:
         """Release every lock held through this client and end its sessions."""

@@ -6,12 +6,14 @@ python -m tenure._docs      # prints the table that README.md must contain
 from __future__ import annotations
 
 from .stores._spi import Capabilities
+from .stores.etcd import EtcdStore
+from .stores.postgres import PostgresStore
 from .stores.sqlite import SQLiteStore
 
 STORES: list[tuple[str, str, Capabilities | None]] = [
     ("SQLite (embedded default)", "`sqlite:///path`", SQLiteStore.capabilities),
-    ("etcd", "`etcd://h1:2379,h2:2379`", None),
-    ("PostgreSQL", "`postgresql://…`", None),
+    ("etcd", "`etcd://h1:2379,h2:2379`", EtcdStore.capabilities),
+    ("PostgreSQL", "`postgresql://…`", PostgresStore.capabilities),
     ("ZooKeeper", "`zookeeper://h1:2181,h2:2181`", None),
     ("Redis", "`redis://…`", None),
 ]

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 WaitCallback = Callable[[LockInfo | None], None]
 MAX_NAP = 2.0
-"""Longest sleep between attempts when no wake-up comes (the bounded polling fallback)."""
+"""Longest sleep between attempts on a store that cannot wake waiters (bounded polling)."""
+SAFETY_NAP = 10.0
+"""Longest sleep between attempts on a store that wakes its waiters (in case a wake-up is lost)."""
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -100,7 +102,10 @@ async def acquire(
                 holder = outcome.holder
                 who = f" by {holder.owner.host} pid {holder.owner.pid}" if holder else ""
                 raise NotAcquired(f"lock {name!r} is held{who}", holder)
-            nap = min(left, MAX_NAP, outcome.retry_in if outcome.retry_in is not None else MAX_NAP)
+            # Woken by the store, a waiter still tries again when the holder could have expired
+            # and now and then in case a wake-up was lost; without wake-ups it polls.
+            cap = SAFETY_NAP if keeper.store.capabilities.native_wait else MAX_NAP
+            nap = min(left, cap, outcome.retry_in if outcome.retry_in is not None else cap)
             assert ticket is not None
             await keeper.store.wait(ticket, outcome, max(nap, 0.0))
     except BaseException:

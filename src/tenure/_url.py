@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from urllib.parse import urlsplit
 
@@ -9,8 +10,15 @@ from ._errors import InvalidArgument
 from .stores._spi import Store
 
 ENV_STORE = "TENURE_STORE"
-SCHEMES = ("sqlite",)
-PLANNED = ("etcd", "postgresql", "postgres", "zookeeper", "redis", "rediss", "redlock")
+# scheme → (module under tenure.stores, class): imported on use, so a store's client library is
+# needed only by those who use that store.
+STORES = {
+    "sqlite": ("sqlite", "SQLiteStore"),
+    "etcd": ("etcd", "EtcdStore"),
+    "postgresql": ("postgres", "PostgresStore"),
+    "postgres": ("postgres", "PostgresStore"),
+}
+PLANNED = ("zookeeper", "redis", "rediss", "redlock")
 
 
 def resolve_url(url: str | None) -> str:
@@ -25,13 +33,12 @@ def resolve_url(url: str | None) -> str:
 def open_store(url: str | None) -> Store:
     url = resolve_url(url)
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if scheme == "sqlite":
-        from .stores.sqlite import SQLiteStore
-
-        return SQLiteStore.from_url(url)
+    if scheme in STORES:
+        module, name = STORES[scheme]
+        store: type[Store] = getattr(importlib.import_module(f"tenure.stores.{module}"), name)
+        return store.from_url(url)
     if scheme in PLANNED:
         raise InvalidArgument(f"store {scheme!r} is not available in this version of tenure yet")
     shown = scheme or url.split(":", 1)[0]
-    raise InvalidArgument(
-        f"unknown store URL scheme {shown!r} in {url!r} (known: {', '.join(SCHEMES)})"
-    )
+    # The URL itself is not repeated: it may carry a password.
+    raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {', '.join(STORES)})")

@@ -76,7 +76,8 @@ def test_usage_errors_are_one_line(cli: Cli) -> None:
     ("url", "code", "expected"),
     [
         ("foo://bar", 2, "unknown store URL scheme 'foo'"),
-        ("etcd://localhost:2379", 2, "not available"),
+        ("zookeeper://localhost:2181", 2, "not available"),
+        ("etcd://127.0.0.1:1", 69, "127.0.0.1:1"),
         ("sqlite://host/x.db", 2, "bad SQLite store URL"),
         ("sqlite:////nonexistent-dir/x.db", 69, "no such directory"),
     ],

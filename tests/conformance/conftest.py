@@ -7,16 +7,11 @@ on a real server started once per session by that store's shared fixture.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-STORES = ["sqlite"] + [
-    name
-    for name in ("postgres", "etcd")
-    if importlib.util.find_spec(f"plugin_{name}") is not None  # while the stores are being built
-]
+STORES = ["sqlite", "postgres", "etcd"]
 
 
 @pytest.fixture(params=STORES)

@@ -298,3 +298,12 @@ async def test_waiter_giving_up_as_it_is_granted_passes_the_lock_on(store_url: s
         for session in (a, b, c):
             await store.close_session(session)
         await store.aclose()
+
+
+async def test_body_errors_come_out_unwrapped(store_url: str) -> None:
+    """An error in the body of ``async with connect_async()`` is the body's, not a group."""
+    with pytest.raises(KeyError):
+        async with tenure.connect_async(store_url) as client, client.lock("err", ttl=5):
+            raise KeyError("body")
+    async with tenure.connect_async(store_url) as client:  # and the lock was released
+        (await client.acquire("err", ttl=5, wait=False)).check()

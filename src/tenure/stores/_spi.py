@@ -89,6 +89,11 @@ class Store(ABC):
     capabilities: ClassVar[Capabilities]
     scheme: ClassVar[str]
 
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str) -> Store:
+        """Parse the store's URL (``InvalidArgument`` if malformed) and make the store."""
+
     @property
     @abstractmethod
     def url(self) -> str:

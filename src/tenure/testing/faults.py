@@ -26,6 +26,12 @@ class FaultyStore(Store):
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
 
+    @classmethod
+    def from_url(cls, url: str) -> FaultyStore:
+        from .._url import open_store
+
+        return cls(open_store(url))
+
     @property
     def url(self) -> str:
         return self.inner.url

@@ -1,0 +1,513 @@
+"""The etcd store: ``etcd://host:port[,host:port…][/namespace]`` (default namespace ``tenure``).
+
+Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no gRPC stubs.
+
+- **Session = one etcd lease.** ``open_session`` grants it (TTL rounded up to whole seconds; the
+  lease ID is chosen here, so a retried grant finds its own lease instead of leaking a second
+  one); ``keep_alive`` is one POST to ``/v3/lease/keepalive`` for every lock of the session;
+  ``close_session`` revokes it, which deletes every key the session holds or queues with.
+- **Lock = a queue of keys** ``<namespace>/locks/<percent-encoded name>/<lease id hex>`` attached
+  to the session's lease. The name is encoded with no ``/`` left and the prefix ends with ``/``,
+  so lock ``a/b`` never falls in the range of lock ``a``. The holder is the key with the lowest
+  create revision; the **token is that key's create revision** (global, monotonic, Raft-committed
+  before it is returned, kept across leader changes and restarts).
+- **One txn per attempt.** If the own key is absent, put it and read the owner, the queue length
+  and the own key's predecessor; else read the own key, the owner, the queue length and the
+  predecessor. The key is deterministic per session and lock (a second concurrent acquire of
+  the same name in one session gets a ``.1`` suffix), so a txn whose answer was lost is safely
+  sent again, or attempted again by the caller: it finds its own key instead of queueing twice
+  (a key left by a failed request that nobody reuses is deleted at the next keep-alive). An
+  attempt that will not wait (``enqueue=False``) puts its key only if the lock's range is empty,
+  so it never leaves a trace. A grant is reported only when the txn read the own key (which
+  exists only under a live lease) as the owner.
+- **Waiting** watches the predecessor's key only (the next-lower create revision) for its
+  deletion, from the revision the attempt read: no missed event, no herd, one wake-up per release.
+- **Release** is a txn: delete the own key only if its create revision is still the token, so a
+  stale or retried release never deletes a newer lock.
+- **Fail-over**: every member in the URL; a refusing or paused member is skipped; every request
+  of this store is idempotent, so it is sent again to the next member through an election.
+
+The write guard: ``EtcdStore.guarded_txn(name, token, success, failure)`` runs a caller's own
+etcd txn only while ``token`` still holds ``name`` (a compare on the lock key's create revision,
+as etcd's ``Mutex.IsOwner()``)::
+
+    store = client.store  # an EtcdStore
+    done = await store.guarded_txn(lease.name, lease.token, [put_op("config/leader", b"me")])
+    if not done.held: ...  # the lock is gone: nothing was written
+
+The guarded txn is never retried once it may have reached etcd (it is not idempotent in general).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+from urllib.parse import quote, unquote, urlsplit
+
+import anyio
+
+from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._etcd_gateway import JSON, NOT_FOUND, EtcdError, Gateway, b64, prefix_end, unb64
+from ._spi import Busy, Capabilities, Grant, LockInfo, Owner, Session, Store
+
+DEFAULT_PORT = 2379
+DEFAULT_NAMESPACE = "tenure"
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+
+def put_op(key: bytes | str, value: bytes | str, lease: int = 0) -> JSON:
+    """A put for ``guarded_txn`` (``lease`` 0: not attached to a lease)."""
+    op: JSON = {"key": b64(key), "value": b64(value)}
+    if lease:
+        op["lease"] = str(lease)
+    return {"request_put": op}
+
+
+def delete_op(key: bytes | str) -> JSON:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def get_op(key: bytes | str) -> JSON:
+    return {"request_range": {"key": b64(key)}}
+
+
+def _range(key: bytes, end: bytes, **options: Any) -> JSON:
+    return {"request_range": {"key": b64(key), "range_end": b64(end), **options}}
+
+
+def _first(prefix: bytes, end: bytes) -> JSON:
+    return _range(prefix, end, limit="1", sort_order="ASCEND", sort_target="CREATE")
+
+
+def _last(prefix: bytes, end: bytes, limit: int, below: int = 0) -> JSON:
+    more = {"max_create_revision": str(below)} if below else {}
+    return _range(prefix, end, limit=str(limit), sort_order="DESCEND", sort_target="CREATE", **more)
+
+
+def _created(kv: JSON) -> int:
+    return int(kv.get("create_revision", 0))
+
+
+@dataclass(frozen=True)
+class GuardedTxn:
+    """What ``guarded_txn`` did: ``held`` is True if the lock (and any own compare) held and
+    the ``success`` operations applied; otherwise ``failure`` applied."""
+
+    held: bool
+    revision: int
+    responses: list[JSON]
+
+
+@dataclass(eq=False)
+class EtcdSession(Session):
+    id: int
+    ttl: float
+    value: bytes
+    slots: dict[str, set[int]] = field(default_factory=dict)
+    """Per lock name, the key slots in use by this session's acquires (two acquires of one name
+    in one session get different keys)."""
+    held: dict[tuple[str, int], tuple[bytes, int]] = field(default_factory=dict)
+    """(name, token) → (own key, slot) of the grants this session holds."""
+    dirty: set[bytes] = field(default_factory=set)
+    """Own keys that may be in etcd after a failed request; deleted at the next keep-alive."""
+
+    def claim(self, name: str) -> int:
+        used = self.slots.setdefault(name, set())
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        used.add(slot)
+        return slot
+
+    def free(self, name: str, slot: int) -> None:
+        used = self.slots.get(name)
+        if used is not None:
+            used.discard(slot)
+            if not used:
+                del self.slots[name]
+
+    def claimed(self) -> set[tuple[str, int]]:
+        return {(name, slot) for name, used in self.slots.items() for slot in used}
+
+
+@dataclass(eq=False)
+class EtcdTicket:
+    session: EtcdSession
+    name: str
+    key: bytes
+    slot: int
+    revision: int
+    """The own key's create revision: the place in the queue."""
+    left: bool = False
+
+
+class EtcdStore(Store):
+    scheme: ClassVar[str] = "etcd"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        grade="correctness",
+        machines="many",
+        durable_tokens=True,
+        store_judges_expiry=True,
+        fair=True,
+        native_wait=True,
+        notes="token = the lock key's create revision; session = one etcd lease (whole seconds)",
+    )
+
+    def __init__(self, endpoints: list[str], namespace: str = DEFAULT_NAMESPACE) -> None:
+        self.endpoints = endpoints
+        self.namespace = namespace
+        self._root = namespace.encode() + b"/locks/"
+        self._gw = Gateway(endpoints)
+        self.wakeups = 0
+        """Watches that fired (a predecessor went away): for tests and metrics."""
+
+    @classmethod
+    def from_url(cls, url: str) -> EtcdStore:
+        def bad(why: str) -> InvalidArgument:
+            return InvalidArgument(
+                f"bad etcd store URL {url!r}: {why} (use etcd://host:port[,host:port…][/namespace])"
+            )
+
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "etcd":
+            raise bad("the scheme is not etcd")
+        if parts.query or parts.fragment or "@" in parts.netloc:
+            raise bad("no user, query or fragment allowed")
+        if not parts.netloc:
+            raise bad("no host")
+        endpoints = []
+        for item in parts.netloc.split(","):
+            host, port = item, str(DEFAULT_PORT)
+            if ":" in item and not item.endswith("]"):
+                host, _, port = item.rpartition(":")
+            if not _HOST.match(host):
+                raise bad(f"bad host {host!r}")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise bad(f"bad port {port!r}")
+            endpoints.append(f"{host}:{int(port)}")
+        namespace = unquote(parts.path).strip("/") or DEFAULT_NAMESPACE
+        if not _NAMESPACE.match(namespace):
+            raise bad(f"bad namespace {namespace!r} (letters, digits, '_', '.', '-', '/')")
+        return cls(endpoints, namespace)
+
+    @property
+    def url(self) -> str:
+        return f"etcd://{','.join(self.endpoints)}/{self.namespace}"
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def _prefix(self, name: str) -> bytes:
+        return self._root + quote(name, safe="").encode() + b"/"
+
+    @staticmethod
+    def _key(prefix: bytes, session: EtcdSession, slot: int) -> bytes:
+        return prefix + f"{session.id:016x}{f'.{slot}' if slot else ''}".encode()
+
+    def _name_of(self, key: bytes) -> str:
+        return unquote(key[len(self._root) :].split(b"/", 1)[0].decode())
+
+    def _error(self, exc: EtcdError) -> StoreUnavailable:
+        return StoreUnavailable(f"etcd at {', '.join(self.endpoints)}: {exc}")
+
+    async def _txn(self, compare: list[JSON], success: list[JSON], failure: list[JSON]) -> JSON:
+        body = {"compare": compare, "success": success, "failure": failure}
+        try:
+            return await self._gw.call("kv/txn", body)
+        except EtcdError as exc:
+            if exc.code == NOT_FOUND:  # "requested lease not found": the put's lease is gone
+                raise LeaseLost("the session's etcd lease is gone") from None
+            raise self._error(exc) from None
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def open_session(self, ttl: float, owner: Owner) -> Session:
+        lease = secrets.randbits(63) or 1
+        value = json.dumps({"host": owner.host, "pid": owner.pid, "label": owner.label}).encode()
+        body = {"ID": str(lease), "TTL": str(max(1, math.ceil(ttl)))}
+        try:
+            await self._gw.call("lease/grant", body)
+        except EtcdError as exc:
+            # "lease already exists": our own grant applied and its answer was lost (the ID is
+            # ours: 63 random bits), so the retry found it rather than making a second lease.
+            if "exists" not in str(exc):
+                raise self._error(exc) from None
+        return EtcdSession(lease, ttl, value)
+
+    async def keep_alive(self, session: Session) -> bool:
+        assert isinstance(session, EtcdSession)
+        try:
+            # Short per-member waits: a paused member must not eat the renewal window.
+            patience = min(self._gw.request_timeout, max(0.25, session.ttl / 4))
+            answer = await self._gw.call(
+                "lease/keepalive", {"ID": str(session.id)}, timeout=patience
+            )
+        except EtcdError as exc:
+            if exc.code == NOT_FOUND:
+                return False
+            raise self._error(exc) from None
+        result = answer.get("result") or {}
+        if int(result.get("TTL", 0)) <= 0:  # unknown or expired lease
+            return False
+        if session.dirty:
+            with anyio.move_on_after(patience):  # never delays the renewal's answer for long
+                await self._sweep(session)
+        return True
+
+    async def _sweep(self, session: EtcdSession) -> None:
+        """Delete own keys that a failed request may have left (not ones in use again)."""
+        in_use = {self._key(self._prefix(name), session, slot) for name, slot in session.claimed()}
+        for key in list(session.dirty):
+            if key not in in_use:
+                try:
+                    await self._gw.call("kv/deleterange", {"key": b64(key)})
+                except (StoreUnavailable, EtcdError):
+                    return  # kept for the next keep-alive
+            session.dirty.discard(key)
+
+    async def close_session(self, session: Session) -> None:
+        assert isinstance(session, EtcdSession)
+        try:
+            await self._gw.call("lease/revoke", {"ID": str(session.id)})
+        except EtcdError as exc:
+            if exc.code != NOT_FOUND:  # not found: revoked or expired already
+                raise self._error(exc) from None
+        session.held.clear()
+        session.slots.clear()
+        session.dirty.clear()
+
+    # -- locks ---------------------------------------------------------------------------
+
+    async def attempt(
+        self, session: Session, name: str, ticket: object | None, enqueue: bool
+    ) -> Grant | Busy:
+        assert isinstance(session, EtcdSession)
+        assert ticket is None or isinstance(ticket, EtcdTicket)
+        prefix = self._prefix(name)
+        end = prefix_end(prefix)
+        if ticket is None:
+            slot = session.claim(name)
+            key = self._key(prefix, session, slot)
+            session.dirty.discard(key)
+        else:
+            slot, key = ticket.slot, ticket.key
+        queue = ticket is not None or enqueue
+        # Put the own key if it is absent (queueing) or if the whole lock is free (no waiting).
+        absent = {"key": b64(key)} if queue else {"key": b64(prefix), "range_end": b64(end)}
+        compare = [{**absent, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
+        put = {
+            "request_put": {"key": b64(key), "value": b64(session.value), "lease": str(session.id)}
+        }
+        count = _range(prefix, end, count_only=True)
+        # After the put, the own key is the last one: the last two are it and its predecessor.
+        success = [put, _first(prefix, end), count, _last(prefix, end, 2)]
+        failure = [get_op(key), _first(prefix, end), count]
+        if ticket is not None:
+            failure.append(_last(prefix, end, 1, below=ticket.revision - 1))
+        try:
+            answer = await self._txn(compare, success, failure)
+        except LeaseLost:
+            if ticket is None:
+                session.free(name, slot)
+            raise
+        except StoreUnavailable:
+            if ticket is None:  # it may have applied: the key is deleted later unless reused
+                session.free(name, slot)
+                session.dirty.add(key)
+            raise
+        revision = int(answer["header"]["revision"])
+        ranges = [r.get("response_range") or {} for r in answer.get("responses", [])]
+        before: JSON | None = None
+        known = True  # whether ``before`` (the predecessor) was read in the txn
+        if answer.get("succeeded"):
+            mine: int | None = revision  # the put's revision is the new key's create revision
+            last = ranges[3].get("kvs", [])
+            before = last[1] if len(last) > 1 else None
+        else:
+            own = ranges[0].get("kvs", [])
+            mine = _created(own[0]) if own else None
+            known = ticket is not None and mine == ticket.revision
+            if known:
+                before = (ranges[3].get("kvs") or [None])[0]
+        owners = ranges[1].get("kvs", [])
+        owner = owners[0] if owners else None
+        if mine is not None and owner is not None and _created(owner) == mine:
+            session.held[(name, mine)] = (key, slot)
+            return Grant(token=mine, renewed_session=False)
+        try:
+            holder = (
+                await self._info(name, owner, int(ranges[2].get("count", 0))) if owner else None
+            )
+            if not queue:
+                if mine is not None:  # our own earlier attempt (its answer lost) queued the key
+                    await self._delete(key, mine)
+                session.free(name, slot)
+                return Busy(holder=holder, ticket=None)
+            assert mine is not None
+            if not known:
+                answer = await self._call_range(_last(prefix, end, 1, below=mine - 1))
+                revision = int(answer["header"]["revision"])
+                before = (answer.get("kvs") or [None])[0]
+        except StoreUnavailable:
+            if ticket is None:  # queued, but nobody will wait: deleted at the next keep-alive
+                session.free(name, slot)
+                session.dirty.add(key)
+            raise
+        if ticket is None:
+            ticket = EtcdTicket(session, name, key, slot, mine)
+        ticket.revision = mine
+        predecessor = unb64(before["key"]) if before else None
+        return Busy(
+            holder=holder, ticket=ticket, extra={"predecessor": predecessor, "revision": revision}
+        )
+
+    async def _call_range(self, op: JSON) -> JSON:
+        try:
+            return await self._gw.call("kv/range", op["request_range"])
+        except EtcdError as exc:
+            raise self._error(exc) from None
+
+    async def _delete(self, key: bytes, created: int) -> bool:
+        """Delete ``key`` only if its create revision is still ``created``."""
+        compare = [
+            {
+                "key": b64(key),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": str(created),
+            }
+        ]
+        answer = await self._txn(compare, [delete_op(key)], [])
+        return bool(answer.get("succeeded"))
+
+    async def _info(self, name: str, owner: JSON, count: int) -> LockInfo:
+        try:
+            fields = json.loads(unb64(owner.get("value")))
+            who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+        except (ValueError, KeyError, TypeError):
+            who = Owner("?", 0, "not written by tenure")
+        expires_in = 0.0
+        lease = owner.get("lease")
+        if lease:
+            try:
+                answer = await self._gw.call("lease/timetolive", {"ID": lease})
+            except EtcdError as exc:
+                raise self._error(exc) from None
+            expires_in = max(0.0, float(answer.get("TTL", 0)))
+        return LockInfo(name, _created(owner), who, expires_in, max(0, count - 1))
+
+    async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
+        predecessor = busy.extra.get("predecessor")
+        revision = busy.extra.get("revision")
+        with anyio.move_on_after(timeout):
+            if isinstance(predecessor, bytes) and isinstance(revision, int):
+                create = {
+                    "key": b64(predecessor),
+                    "start_revision": str(revision + 1),
+                    "filters": ["NOPUT"],
+                }
+                async with self._gw.watch({"create_request": create}) as results:
+                    async for result in results:
+                        if result.get("events") or result.get("canceled"):
+                            self.wakeups += 1
+                            return
+            await anyio.sleep(min(timeout, 0.1))  # no watch (member gone): try again soon
+
+    async def leave(self, ticket: object) -> None:
+        assert isinstance(ticket, EtcdTicket)
+        if ticket.left:
+            return
+        ticket.left = True
+        session = ticket.session
+        # The key is this ticket's alone (its slot is claimed until here): delete it as it is.
+        try:
+            await self._gw.call("kv/deleterange", {"key": b64(ticket.key)})
+        except (StoreUnavailable, EtcdError):
+            session.dirty.add(ticket.key)  # the next keep-alive deletes it (or the lease ends)
+        session.free(ticket.name, ticket.slot)
+
+    async def release(self, session: Session, name: str, token: int) -> None:
+        assert isinstance(session, EtcdSession)
+        entry = session.held.get((name, token))
+        if entry is None:
+            return  # never granted to this session (or released already)
+        key, slot = entry
+        await self._delete(key, token)  # a no-op if the key is gone (lease expired) or newer
+        del session.held[(name, token)]
+        session.free(name, slot)
+
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        prefix = self._root if name is None else self._prefix(name)
+        try:
+            answer = await self._gw.call(
+                "kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}
+            )
+        except EtcdError as exc:
+            raise self._error(exc) from None
+        queues: dict[str, list[JSON]] = {}
+        for kv in answer.get("kvs", []):
+            queues.setdefault(self._name_of(unb64(kv["key"])), []).append(kv)
+        found: dict[str, LockInfo] = {}
+        failed: list[StoreUnavailable] = []
+
+        async def one(lock: str, kvs: list[JSON]) -> None:
+            try:
+                found[lock] = await self._info(lock, min(kvs, key=_created), len(kvs))
+            except StoreUnavailable as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:  # the holders' leases, read at once
+            for lock, kvs in queues.items():
+                tg.start_soon(one, lock, kvs)
+        if failed:
+            raise failed[0]
+        return [found[lock] for lock in sorted(found)]
+
+    async def aclose(self) -> None:
+        await self._gw.aclose()
+
+    # -- the write guard -----------------------------------------------------------------
+
+    async def guarded_txn(
+        self,
+        name: str,
+        token: int,
+        success: Sequence[JSON],
+        failure: Sequence[JSON] = (),
+        compare: Sequence[JSON] = (),
+    ) -> GuardedTxn:
+        """Run ``success`` in one etcd txn only while ``token`` still holds ``name``.
+
+        Ops come from ``put_op``/``delete_op``/``get_op`` (or etcd's JSON ``RequestOp``);
+        ``compare`` adds the caller's own conditions. Never retried once it may have applied.
+        """
+        prefix = self._prefix(name)
+        lookup = _range(
+            prefix,
+            prefix_end(prefix),
+            keys_only=True,
+            min_create_revision=str(token),
+            max_create_revision=str(token),
+        )
+        kvs = (await self._call_range(lookup)).get("kvs", [])
+        # No live key created at ``token``: compare on the bare prefix (never a key), which fails,
+        # so ``failure`` applies just as when the lock was lost between the two requests.
+        key = kvs[0]["key"] if kvs else b64(prefix)
+        guard = {"key": key, "target": "CREATE", "result": "EQUAL"}
+        body = {
+            "compare": [{**guard, "create_revision": str(token)}, *compare],
+            "success": list(success),
+            "failure": list(failure),
+        }
+        try:
+            answer = await self._gw.call("kv/txn", body, retry=False)
+        except EtcdError as exc:
+            raise self._error(exc) from None
+        return GuardedTxn(
+            held=bool(answer.get("succeeded")),
+            revision=int(answer["header"]["revision"]),
+            responses=list(answer.get("responses", [])),
+        )

@@ -1,0 +1,305 @@
+"""A real etcd cluster for the tests: ``/usr/bin/etcd`` members on free loopback ports.
+
+``EtcdCluster(members=3)`` starts a static cluster (data in a temporary directory), waits until
+every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
+find the leader. ``close()`` kills everything and removes the directory; a test run killed hard
+leaves an owner file behind, and the next run reaps what that run left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+
+from servers import HOST, free_port
+
+ETCD = Path(os.environ.get("TENURE_ETCD", "/usr/bin/etcd"))
+PREFIX = "tenure-etcd-"
+HEARTBEAT_MS = 50
+ELECTION_MS = 500
+"""Faster than etcd's defaults (100/1000 ms): quicker fail-over, and a 1 s minimum lease TTL."""
+
+
+class EtcdMember:
+    def __init__(self, cluster: EtcdCluster, index: int) -> None:
+        self.cluster = cluster
+        self.name = f"m{index}"
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    @property
+    def client_url(self) -> str:
+        return f"http://{HOST}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{HOST}:{self.peer_port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{HOST}:{self.client_port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.cluster.root / self.name
+
+    @property
+    def log_path(self) -> Path:
+        return self.cluster.root / f"{self.name}.log"
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def launch(self) -> None:
+        argv = [
+            str(ETCD),
+            f"--name={self.name}",
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={self.client_url}",
+            f"--advertise-client-urls={self.client_url}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster={self.cluster.initial_cluster}",
+            "--initial-cluster-state=new",
+            f"--initial-cluster-token={self.cluster.token}",
+            f"--heartbeat-interval={HEARTBEAT_MS}",
+            f"--election-timeout={ELECTION_MS}",
+            "--logger=zap",
+            "--log-level=warn",
+        ]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.paused = False
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash); the data stays for ``start``."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        self.paused = False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (a clean stop); the data stays for ``start``."""
+        if self.proc is None:
+            return
+        if self.paused:
+            self.resume()
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start again on the same ports and data (after ``stop`` or ``kill``)."""
+        if not self.running:
+            self.launch()
+        self.wait_ready(timeout)
+
+    def request(
+        self, path: str, body: dict[str, object], timeout: float = 2.0
+    ) -> dict[str, object]:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.client_url + path, data=data, method="POST")
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            answer = json.loads(resp.read())
+        assert isinstance(answer, dict)
+        return answer
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.client_url + "/health", timeout=1) as resp:
+                return bool(json.loads(resp.read()).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.healthy():
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"etcd {self.name} exited at start; log: {self.log()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"etcd {self.name} not ready after {timeout}s; log: {self.log()}"
+                )
+            time.sleep(0.05)
+
+    def member_id(self) -> str:
+        header = self.request("/v3/maintenance/status", {})["header"]
+        assert isinstance(header, dict)
+        return str(header["member_id"])
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+
+class EtcdCluster:
+    """``members`` etcd processes forming one static cluster on 127.0.0.1."""
+
+    def __init__(self, members: int = 3) -> None:
+        if not os.access(ETCD, os.X_OK):
+            raise RuntimeError(f"etcd binary not found at {ETCD}")
+        reap_orphans()
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        (self.root / "owner").write_text(str(os.getpid()))
+        self.token = uuid.uuid4().hex
+        self.members = [EtcdMember(self, i) for i in range(members)]
+
+    @property
+    def initial_cluster(self) -> str:
+        return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    def start(self, timeout: float = 30.0) -> EtcdCluster:
+        """Start every member in parallel and wait until all are healthy (kills all on failure).
+
+        A port taken between ``free_port()`` and etcd's bind: a fresh cluster on new ports.
+        """
+        for attempt in range(3):
+            try:
+                for member in self.members:
+                    member.launch()
+                with ThreadPoolExecutor(len(self.members)) as pool:
+                    for done in [pool.submit(m.wait_ready, timeout) for m in self.members]:
+                        done.result()
+                return self
+            except RuntimeError as exc:
+                self.kill_all()
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+                for member in self.members:
+                    shutil.rmtree(member.data_dir, ignore_errors=True)
+                self.token = uuid.uuid4().hex
+                self.members = [EtcdMember(self, i) for i in range(len(self.members))]
+            except BaseException:
+                self.kill_all()
+                raise
+        raise AssertionError("unreachable")
+
+    def restart_all(self, timeout: float = 30.0) -> None:
+        """Stop every member, then start them all again on the same data."""
+        for member in self.members:
+            member.stop()
+        for member in self.members:
+            member.launch()
+        with ThreadPoolExecutor(len(self.members)) as pool:
+            for done in [pool.submit(m.wait_ready, timeout) for m in self.members]:
+                done.result()
+
+    def leader(self, timeout: float = 10.0) -> EtcdMember:
+        """The member that is the Raft leader now (waits through an election)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for member in self.members:
+                if not member.running or member.paused:
+                    continue
+                try:
+                    status = member.request("/v3/maintenance/status", {}, timeout=1)
+                    header = status["header"]
+                    assert isinstance(header, dict)
+                except (OSError, ValueError, KeyError):
+                    continue
+                if status.get("leader") == header.get("member_id"):
+                    return member
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no etcd leader after {timeout}s")
+            time.sleep(0.05)
+
+    def healthy(self) -> None:
+        """Resume, start and wait for every member (after a test that broke some)."""
+        for member in self.members:
+            if member.paused:
+                member.resume()
+        for member in self.members:
+            member.start()
+
+    def kill_all(self) -> None:
+        for member in self.members:
+            member.kill()
+
+    def close(self) -> None:
+        try:
+            self.kill_all()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def reap_orphans() -> None:
+    """Kill the members (and remove the directories) of test runs that no longer exist."""
+    for root in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            owner = int((root / "owner").read_text())
+            os.kill(owner, 0)
+            continue  # its owner still runs
+        except (PermissionError, ValueError):
+            continue
+        except OSError:
+            pass  # no owner file, or the owner is gone
+        if not (root / "owner").exists():
+            continue
+        needle = f"--data-dir={root}/".encode()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,375 @@
+"""What only the etcd store must show: revision tokens, key ranges, one wake-up per release,
+fail-over through a killed or paused leader, compare-guarded release and writes, lost answers,
+and one-line errors. Real etcd members only (the shared 3-member cluster of plugin_etcd)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+import uuid
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import pytest
+
+import tenure
+from servers_etcd import EtcdCluster, EtcdMember
+from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
+from tenure.stores._spi import Busy, Grant, Session
+from tenure.stores.etcd import EtcdSession, EtcdStore, get_op, put_op
+from tenure.testing import FaultyStore
+
+pytestmark = pytest.mark.anyio
+OWNER = tenure.Owner("test", os.getpid())
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def keys_under(member: EtcdMember, prefix: str) -> list[tuple[str, int]]:
+    """(key, create revision) of every key under ``prefix``, read straight from etcd."""
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    answer = member.request("/v3/kv/range", {"key": b64(prefix), "range_end": b64(end)})
+    kvs = answer.get("kvs", [])
+    assert isinstance(kvs, list)
+    return [(base64.b64decode(kv["key"]).decode(), int(kv["create_revision"])) for kv in kvs]
+
+
+def namespace(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+class CountingStore(FaultyStore):
+    """Counts the attempts a client makes (no faults injected)."""
+
+    def __init__(self, inner: EtcdStore) -> None:
+        super().__init__(inner)
+        self.etcd = inner
+        self.attempts = 0
+
+    async def attempt(
+        self, session: Session, name: str, ticket: object | None, enqueue: bool
+    ) -> Grant | Busy:
+        self.attempts += 1
+        return await super().attempt(session, name, ticket, enqueue)
+
+
+async def test_tokens_are_create_revisions_and_grow_across_a_full_restart(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    ns = namespace(etcd_store_url)
+    tokens = []
+    async with tenure.connect_async(etcd_store_url) as client:
+        for _ in range(3):
+            async with client.lock("rev", ttl=5) as lease:
+                [(_, created)] = keys_under(etcd_cluster.members[0], f"{ns}/locks/rev/")
+                assert lease.token == created
+                tokens.append(lease.token)
+    etcd_cluster.restart_all()
+    async with tenure.connect_async(etcd_store_url) as client, client.lock("rev", ttl=5) as lease:
+        tokens.append(lease.token)
+    assert tokens == sorted(set(tokens)) and len(tokens) == 4, tokens
+
+
+async def test_a_and_a_slash_b_are_independent(etcd_store_url: str) -> None:
+    async with AsyncExitStack() as stack:
+        a, b, c = [
+            await stack.enter_async_context(tenure.connect_async(etcd_store_url)) for _ in "abc"
+        ]
+        held_ab = await a.acquire("a/b", ttl=5)
+        held_a = await b.acquire("a", ttl=5, wait=False)  # not blocked by "a/b"
+        held_pct = await c.acquire("a%2Fb", ttl=5, wait=False)  # nor is the encoded look-alike
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(c.acquire, "a/b", 5)  # one waiter on "a/b"
+            with anyio.fail_after(5):
+                while not (infos := await a.locks("a/b")) or infos[0].waiters < 1:
+                    await anyio.sleep(0.01)
+            [info_a] = await a.locks("a")
+            assert info_a.token == held_a.token and info_a.waiters == 0  # never sees a/b's waiter
+            assert {i.name for i in await a.locks()} == {"a", "a/b", "a%2Fb"}
+            await held_ab.release()
+            tg.cancel_scope.cancel()
+        await held_a.release()
+        await held_pct.release()
+
+
+async def test_one_wake_up_and_one_attempt_per_release(etcd_store_url: str) -> None:
+    waiters = 4
+    order: list[int] = []
+    async with AsyncExitStack() as stack:
+        holder = await stack.enter_async_context(tenure.connect_async(etcd_store_url))
+        stores = [CountingStore(EtcdStore.from_url(etcd_store_url)) for _ in range(waiters)]
+        clients = [await stack.enter_async_context(AsyncClient(s)) for s in stores]
+        lease = await holder.acquire("herd", ttl=5)
+        async with anyio.create_task_group() as tg:
+            for index, client in enumerate(clients):
+
+                async def take(index: int = index, client: AsyncClient = client) -> None:
+                    async with client.lock("herd", ttl=5):
+                        order.append(index)
+                        await anyio.sleep(0.05)
+
+                tg.start_soon(take)
+                with anyio.fail_after(5):
+                    while not (infos := await holder.locks("herd")) or infos[0].waiters <= index:
+                        await anyio.sleep(0.01)
+            await lease.release()
+    assert order == list(range(waiters))
+    # Each waiter: one attempt to queue, one after its single wake-up. No herd, no polling.
+    assert [s.attempts for s in stores] == [2] * waiters
+    assert [s.etcd.wakeups for s in stores] == [1] * waiters
+
+
+async def hold_through(etcd_cluster: EtcdCluster, url: str, fault: str) -> None:
+    leader = etcd_cluster.leader()
+    others = [m.endpoint for m in etcd_cluster.members if m is not leader]
+    ns = namespace(url)
+    first_dead = f"etcd://{','.join([leader.endpoint, *others])}/{ns}"  # the leader first
+    try:
+        async with (
+            tenure.connect_async(first_dead) as client,
+            tenure.connect_async(url) as rival,
+        ):
+            lease = await client.acquire("hold", ttl=4)
+            if fault == "kill":
+                leader.kill()
+            else:
+                leader.pause()
+            await anyio.sleep(5)  # more than a TTL: renewals must have gone elsewhere
+            lease.check()  # not lost
+            [info] = await client.locks("hold")  # the client whose first member is down
+            assert info.token == lease.token
+            with pytest.raises(NotAcquired) as busy:
+                await rival.acquire("hold", ttl=4, wait=False)
+            assert busy.value.holder is not None and busy.value.holder.token == lease.token
+            await lease.release()
+            again = await rival.acquire("hold", ttl=4, wait=False)
+            assert again.token > lease.token
+            await again.release()
+    finally:
+        etcd_cluster.healthy()
+    assert etcd_cluster.leader() is not None
+
+
+async def test_lease_survives_a_killed_leader(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    await hold_through(etcd_cluster, etcd_store_url, "kill")
+
+
+async def test_lease_survives_a_paused_leader(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    await hold_through(etcd_cluster, etcd_store_url, "pause")
+
+
+async def test_stale_release_never_deletes_the_newer_key(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    prefix = f"{namespace(etcd_store_url)}/locks/x/"
+    try:
+        session = await store.open_session(5, OWNER)
+        first = await store.attempt(session, "x", None, enqueue=True)
+        assert isinstance(first, Grant)
+        await store.release(session, "x", first.token)
+        second = await store.attempt(session, "x", None, enqueue=True)  # the same key name again
+        assert isinstance(second, Grant) and second.token > first.token
+        [(key, _)] = keys_under(etcd_cluster.members[0], prefix)
+        # A release retried with the old token (its first answer lost) must not delete it: the
+        # store's own compare-and-delete, sent as such a retry would send it.
+        assert not await store._delete(key.encode(), first.token)
+        await store.release(session, "x", first.token)
+        assert keys_under(etcd_cluster.members[0], prefix) == [(key, second.token)]
+        await store.release(session, "x", second.token)
+        assert keys_under(etcd_cluster.members[0], prefix) == []
+        await store.close_session(session)
+    finally:
+        await store.aclose()
+
+
+async def test_a_lost_answer_finds_its_own_key_instead_of_queueing_twice(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    real_call = store._gw.call
+    lose_next = [False]
+
+    async def call(path: str, body: dict[str, object], **options: Any) -> dict[str, object]:
+        answer = await real_call(path, body, **options)
+        if path == "kv/txn" and lose_next[0]:
+            lose_next[0] = False
+            raise StoreUnavailable("injected: the answer was lost")
+        return answer
+
+    store._gw.call = call  # type: ignore[method-assign]
+    prefix = f"{namespace(etcd_store_url)}/locks/q/"
+    try:
+        holder, waiter = [await store.open_session(5, OWNER) for _ in range(2)]
+        granted = await store.attempt(holder, "q", None, enqueue=True)
+        assert isinstance(granted, Grant)
+        lose_next[0] = True
+        with pytest.raises(StoreUnavailable):
+            await store.attempt(waiter, "q", None, enqueue=True)  # applied, answer lost
+        busy = await store.attempt(waiter, "q", None, enqueue=True)  # the caller tries again
+        assert isinstance(busy, Busy) and busy.holder is not None
+        assert busy.holder.waiters == 1 and len(keys_under(etcd_cluster.members[0], prefix)) == 2
+        assert busy.ticket is not None
+        await store.leave(busy.ticket)
+        # A lost grant: found again, same token, one key.
+        await store.release(holder, "q", granted.token)
+        lose_next[0] = True
+        with pytest.raises(StoreUnavailable):
+            await store.attempt(waiter, "q", None, enqueue=False)
+        again = await store.attempt(waiter, "q", None, enqueue=False)
+        assert isinstance(again, Grant)
+        [(_, created)] = keys_under(etcd_cluster.members[0], prefix)
+        assert created == again.token
+        for session in (holder, waiter):
+            await store.close_session(session)
+        assert keys_under(etcd_cluster.members[0], prefix) == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_key_left_by_a_failed_request_goes_at_the_next_keep_alive(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    real_call = store._gw.call
+
+    async def call(path: str, body: dict[str, object], **options: Any) -> dict[str, object]:
+        answer = await real_call(path, body, **options)
+        if path == "kv/txn":
+            raise StoreUnavailable("injected: the answer was lost")
+        return answer
+
+    prefix = f"{namespace(etcd_store_url)}/locks/d/"
+    try:
+        holder, waiter = [await store.open_session(5, OWNER) for _ in range(2)]
+        assert isinstance(await store.attempt(holder, "d", None, enqueue=True), Grant)
+        store._gw.call = call  # type: ignore[method-assign]
+        with pytest.raises(StoreUnavailable):
+            await store.attempt(waiter, "d", None, enqueue=True)  # queued; the caller gives up
+        store._gw.call = real_call  # type: ignore[method-assign]
+        assert len(keys_under(etcd_cluster.members[0], prefix)) == 2
+        assert await store.keep_alive(waiter)
+        assert len(keys_under(etcd_cluster.members[0], prefix)) == 1
+    finally:
+        await store.aclose()
+
+
+async def test_one_session_acquiring_a_name_twice_gets_it_once(etcd_store_url: str) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    try:
+        session = await store.open_session(5, OWNER)
+        first = await store.attempt(session, "twice", None, enqueue=True)
+        second = await store.attempt(session, "twice", None, enqueue=True)
+        assert isinstance(first, Grant) and isinstance(second, Busy)
+        assert second.holder is not None and second.holder.token == first.token
+        await store.release(session, "twice", first.token)
+        assert isinstance(await store.attempt(session, "twice", second.ticket, True), Grant)
+    finally:
+        await store.aclose()
+
+
+async def test_busy_attempt_without_waiting_leaves_no_key(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    try:
+        a, b = [await store.open_session(5, OWNER) for _ in range(2)]
+        assert isinstance(await store.attempt(a, "n", None, enqueue=True), Grant)
+        busy = await store.attempt(b, "n", None, enqueue=False)
+        assert isinstance(busy, Busy) and busy.ticket is None
+        assert (
+            len(keys_under(etcd_cluster.members[0], f"{namespace(etcd_store_url)}/locks/n/")) == 1
+        )
+    finally:
+        await store.aclose()
+
+
+async def test_a_waiter_whose_lease_died_is_never_granted(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    try:
+        a, b = [await store.open_session(5, OWNER) for _ in range(2)]
+        granted = await store.attempt(a, "w", None, enqueue=True)
+        busy = await store.attempt(b, "w", None, enqueue=True)
+        assert isinstance(granted, Grant) and isinstance(busy, Busy)
+        assert isinstance(b, EtcdSession)
+        etcd_cluster.members[1].request("/v3/lease/revoke", {"ID": str(b.id)})
+        await store.release(a, "w", granted.token)
+        with pytest.raises(LeaseLost):
+            await store.attempt(b, "w", busy.ticket, enqueue=True)
+        assert not await store.keep_alive(b)
+        assert await store.locks("w") == []
+    finally:
+        await store.aclose()
+
+
+async def test_write_guard_applies_only_while_held(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    target = f"{namespace(etcd_store_url)}/app/config"
+    async with tenure.connect_async(etcd_store_url) as a, tenure.connect_async(etcd_store_url) as b:
+        store = a.store
+        assert isinstance(store, EtcdStore)
+        lease = await a.acquire("guard", ttl=5)
+        done = await store.guarded_txn("guard", lease.token, [put_op(target, "one")])
+        assert done.held and done.revision > lease.token
+        await lease.release()
+        newer = await b.acquire("guard", ttl=5)
+        stale = await store.guarded_txn(
+            "guard", lease.token, [put_op(target, "stale")], failure=[get_op(target)]
+        )
+        assert not stale.held
+        kvs = stale.responses[0]["response_range"]["kvs"]
+        assert base64.b64decode(kvs[0]["value"]) == b"one"  # the stale write did not apply
+        ok = await store.guarded_txn("guard", newer.token, [put_op(target, "two")])
+        assert ok.held
+        await newer.release()
+
+
+async def test_unreachable_endpoints_are_one_line_store_unavailable() -> None:
+    url = f"etcd://127.0.0.1:1,localhost:9/t_{uuid.uuid4().hex}"
+    start = time.monotonic()
+    async with tenure.connect_async(url) as client:
+        with pytest.raises(StoreUnavailable) as raised:
+            await client.acquire("x", ttl=5, wait=False)
+    assert time.monotonic() - start < 3
+    message = str(raised.value)
+    assert "\n" not in message and "127.0.0.1:1" in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "etcd://",
+        "etcd://h1:notaport",
+        "etcd://h1:2379,:2379",
+        "etcd://h1:70000",
+        "etcd://user@h1:2379",
+        "etcd://h1:2379?timeout=1",
+        "etcd://h1:2379/bad namespace",
+        "etcd://h1:2379/a//b",
+    ],
+)
+def test_malformed_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="bad etcd store URL") as raised:
+        EtcdStore.from_url(url)
+    assert "\n" not in str(raised.value)
+
+
+def test_url_defaults() -> None:
+    assert EtcdStore.from_url("etcd://h1,h2:2380").url == "etcd://h1:2379,h2:2380/tenure"
+    assert EtcdStore.from_url("etcd://[::1]:2379/a/b").url == "etcd://[::1]:2379/a/b"

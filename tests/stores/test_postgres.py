@@ -1,0 +1,336 @@
+"""What only the PostgreSQL store must show: tokens durable across server restarts and crashes,
+expiry by the server's clock, one NOTIFY per release, loss when the server dies, reconnection,
+and one-line errors for bad URLs and unreachable servers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from uuid import uuid4
+
+import anyio
+import psycopg
+import pytest
+
+import tenure
+from servers import PostgresServer, free_port
+from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
+from tenure.stores.postgres import PostgresStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[PostgresServer]:
+    """A server of this module's own, which its tests stop, kill and start again."""
+    missing = PostgresServer.missing()
+    if missing:
+        pytest.skip(f"PostgreSQL binaries not found: {', '.join(missing)}")
+    with PostgresServer() as server:
+        yield server
+
+
+def fresh_url(server: PostgresServer) -> tuple[str, str]:
+    schema = f"t_{uuid4().hex[:12]}"
+    return f"{server.dsn}?schema={schema}", schema
+
+
+def store_of(client: AsyncClient) -> PostgresStore:
+    assert isinstance(client.store, PostgresStore)
+    return client.store
+
+
+async def wait_until_waiters(client: AsyncClient, name: str, count: int) -> None:
+    with anyio.fail_after(10):
+        while True:
+            infos = await client.locks(name)
+            if infos and infos[0].waiters >= count:
+                return
+            await anyio.sleep(0.01)
+
+
+# -- durability ---------------------------------------------------------------------------
+
+
+async def test_tokens_strictly_increase_across_restart_and_crash(
+    own_server: PostgresServer,
+) -> None:
+    own_server.start()
+    url, _ = fresh_url(own_server)
+    tokens: list[int] = []
+    async with tenure.connect_async(url) as client:
+        for _ in range(3):
+            async with client.lock("durable", ttl=5) as lease:
+                tokens.append(lease.token)
+    own_server.stop()  # clean shutdown
+    own_server.start()
+    async with tenure.connect_async(url) as client:
+        # A grant, then at once a crash: the token was committed before it was returned.
+        held = await client.acquire("durable", ttl=1)
+        tokens.append(held.token)
+        own_server.kill()
+        own_server.start()
+    async with tenure.connect_async(url) as client:
+        # The crashed holder's session row survived; it expires by the server's clock (1 s).
+        with anyio.fail_after(10):
+            async with client.lock("durable", ttl=5) as lease:
+                tokens.append(lease.token)
+    assert tokens == sorted(set(tokens)) and len(tokens) == 5, tokens
+
+
+# -- the server's clock -------------------------------------------------------------------
+
+
+async def test_expiry_is_judged_by_the_servers_clock(postgres: PostgresServer) -> None:
+    url, schema = fresh_url(postgres)
+    async with tenure.connect_async(url) as a, tenure.connect_async(url) as b:
+        held = await a.acquire("clock", ttl=3)
+        with pytest.raises(tenure.NotAcquired):
+            await b.acquire("clock", ttl=3, wait=False)
+        # The client still counts about 3 s; the server says the session expired a second ago.
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:
+            db.execute(
+                psycopg.sql.SQL(
+                    "UPDATE {}.sessions SET expires = now() - interval '1 second'"
+                ).format(psycopg.sql.Identifier(schema))
+            )
+        assert held.remaining() > 1
+        second = await b.acquire("clock", ttl=3, wait=False)
+        assert second.token > held.token
+        # ...and the holder hears it at its next renewal (every ttl/3), before its deadline.
+        with anyio.fail_after(1.5):
+            while not held.lost:
+                await anyio.sleep(0.01)
+        assert "gone" in (held.lost_reason or "")
+        await second.release()
+
+
+async def test_newer_schema_version_is_refused(postgres: PostgresServer) -> None:
+    url, schema = fresh_url(postgres)
+    async with tenure.connect_async(url) as client:
+        assert await client.locks() == []
+    with psycopg.connect(postgres.dsn, autocommit=True) as db:
+        db.execute(
+            psycopg.sql.SQL("UPDATE {}.meta SET value = '2' WHERE key = 'schema'").format(
+                psycopg.sql.Identifier(schema)
+            )
+        )
+    async with tenure.connect_async(url) as client:
+        with pytest.raises(StoreUnavailable, match="version 2"):
+            await client.locks()
+
+
+# -- waking -------------------------------------------------------------------------------
+
+
+async def test_a_release_wakes_exactly_one_waiter(postgres: PostgresServer) -> None:
+    url, _ = fresh_url(postgres)
+    got: list[int] = []
+    done = anyio.Event()
+    async with AsyncExitStack() as stack:
+        holder = await stack.enter_async_context(tenure.connect_async(url))
+        waiters = [await stack.enter_async_context(tenure.connect_async(url)) for _ in range(4)]
+        lease = await holder.acquire("one", ttl=30)
+        async with anyio.create_task_group() as tg:
+            for index, client in enumerate(waiters):
+
+                async def wait_turn(index: int = index, client: AsyncClient = client) -> None:
+                    async with client.lock("one", ttl=30):
+                        got.append(index)
+                        await done.wait()
+
+                tg.start_soon(wait_turn)
+                await wait_until_waiters(holder, "one", index + 1)
+            assert sum(store_of(c).notifications for c in waiters) == 0
+            released = anyio.current_time()
+            await lease.release()
+            with anyio.fail_after(1):
+                while not got:
+                    await anyio.sleep(0.005)
+            assert anyio.current_time() - released < 0.5
+            await anyio.sleep(0.3)  # time for any extra notification to arrive
+            assert got == [0]
+            assert [store_of(c).notifications for c in waiters] == [1, 0, 0, 0]
+            [info] = await holder.locks("one")
+            assert info.waiters == 3
+            done.set()
+    assert got == [0, 1, 2, 3]
+
+
+async def test_closing_a_session_hands_its_locks_on(postgres: PostgresServer) -> None:
+    url, _ = fresh_url(postgres)
+    async with tenure.connect_async(url) as b:
+        got: list[float] = []
+        async with anyio.create_task_group() as tg, tenure.connect_async(url) as a:
+            await a.acquire("close", ttl=30)  # never released: closing the client ends it
+
+            async def waiter() -> None:
+                async with b.lock("close", ttl=30):
+                    got.append(anyio.current_time())
+
+            tg.start_soon(waiter)
+            await wait_until_waiters(b, "close", 1)
+            closed = anyio.current_time()
+        assert got and got[0] - closed < 0.5
+
+
+async def test_dead_waiter_is_skipped_promptly(postgres: PostgresServer) -> None:
+    """A waiter killed while queued does not hold up the one behind it, although its session
+    would live 30 s: nobody listens on its channel any more."""
+    url, _ = fresh_url(postgres)
+    script = textwrap.dedent(
+        f"""
+        import tenure
+        c = tenure.connect({url!r})
+        c.acquire("q", ttl=30)
+        """
+    )
+    async with tenure.connect_async(url) as a, tenure.connect_async(url) as c:
+        lease = await a.acquire("q", ttl=30)
+        dead = subprocess.Popen([sys.executable, "-c", script])
+        try:
+            await wait_until_waiters(a, "q", 1)
+        finally:
+            dead.kill()
+            dead.wait()
+        got: list[float] = []
+
+        async def live_waiter() -> None:
+            async with c.lock("q", ttl=30):
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live_waiter)
+            await wait_until_waiters(a, "q", 2)
+            released = anyio.current_time()
+            await lease.release()
+        assert got[0] - released < 1.0
+
+
+# -- a server that goes away ----------------------------------------------------------------
+
+
+async def test_killed_server_loses_the_lease_within_its_ttl(own_server: PostgresServer) -> None:
+    own_server.start()
+    url, _ = fresh_url(own_server)
+    reached_end = False
+    try:
+        async with tenure.connect_async(url) as client:
+            with pytest.raises(LeaseLost):
+                async with client.lock("doomed", ttl=1.5) as lease:
+                    own_server.kill()
+                    killed = anyio.current_time()
+                    await anyio.sleep(10)  # cancelled at the deadline
+                    reached_end = True
+            stopped = anyio.current_time() - killed
+            assert not reached_end and lease.lost
+            assert stopped < 1.5, stopped
+    finally:
+        own_server.start()
+
+
+async def test_reconnects_after_the_server_comes_back(own_server: PostgresServer) -> None:
+    own_server.start()
+    url, _ = fresh_url(own_server)
+    async with tenure.connect_async(url) as a, tenure.connect_async(url) as b:
+        first = await a.acquire("back", ttl=30)
+        own_server.stop()
+        with pytest.raises(StoreUnavailable) as raised:
+            await b.locks()
+        assert "\n" not in str(raised.value)
+        own_server.start()
+        # The holder's session lived on by the server's clock; both clients reconnect.
+        [info] = await b.locks("back")
+        assert info.token == first.token
+        first.check()
+        got: list[float] = []
+
+        async def waiter() -> None:
+            async with b.lock("back", ttl=30) as lease:
+                assert lease.token > first.token
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await wait_until_waiters(a, "back", 1)
+            released = anyio.current_time()
+            await first.release()
+        assert got and got[0] - released < 0.5  # woken by NOTIFY on a new listener
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "schema=bad-name",
+        "schema=1st",
+        "schema=a%22b",
+        "schema=" + "x" * 64,
+        "schema=a&schema=b",
+        "no_such_option=1",
+    ],
+)
+def test_bad_url_is_one_line_invalid_argument(query: str) -> None:
+    url = f"postgresql://u:s3cret@127.0.0.1:1/db?{query}"
+    with pytest.raises(InvalidArgument) as raised:
+        tenure.connect(url)
+    message = str(raised.value)
+    assert "\n" not in message and "s3cret" not in message
+    assert isinstance(raised.value, ValueError)
+
+
+async def test_unreachable_server_is_one_line_without_the_password() -> None:
+    url = f"postgres://tenure:s3cret@127.0.0.1:{free_port()}/db?schema=x&connect_timeout=2"
+    async with tenure.connect_async(url) as client:
+        assert "s3cret" not in client.url and "***" in client.url
+        with pytest.raises(StoreUnavailable) as raised:
+            await client.acquire("x", ttl=5)
+    message = str(raised.value)
+    assert "\n" not in message and "s3cret" not in message
+    assert "127.0.0.1" in message
+    assert isinstance(raised.value, ConnectionError)
+
+
+def test_url_goes_to_psycopg_without_tenures_parameters(postgres: PostgresServer) -> None:
+    url, schema = fresh_url(postgres)
+    store = PostgresStore.from_url(url + "&application_name=tenure-test")
+    assert store.schema == schema
+    assert "schema=" not in store._dsn and "application_name=tenure-test" in store._dsn
+    assert PostgresStore.from_url(postgres.dsn).schema == "tenure"
+
+
+async def test_a_lock_handed_over_as_the_store_went_away_is_passed_on_later(
+    own_server: PostgresServer,
+) -> None:
+    """A waiter is handed the lock, then cannot leave because the server is down: its store
+    leaves again at the next call, so the lock is not kept by a waiter that gave up."""
+    own_server.start()
+    url, _ = fresh_url(own_server)
+    store = PostgresStore.from_url(url)
+    owner = tenure.Owner("test", 1)
+    try:
+        a, b = [await store.open_session(30, owner) for _ in range(2)]
+        granted = await store.attempt(a, "gone", None, enqueue=True)
+        busy = await store.attempt(b, "gone", None, enqueue=True)
+        assert isinstance(granted, tenure.stores._spi.Grant)
+        assert isinstance(busy, tenure.stores._spi.Busy) and busy.ticket is not None
+        await store.release(a, "gone", granted.token)  # handed to b...
+        own_server.stop()
+        with pytest.raises(StoreUnavailable):
+            await store.leave(busy.ticket)  # ...which gives up while the server is down
+        own_server.start()
+        # b's session lives on (30 s, by the server's clock); the lock must not stay with it.
+        assert await store.locks("gone") == []
+    finally:
+        own_server.start()
+        await store.aclose()
