@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from servers import PG_BIN, PostgresServer
+from tenure.testing.postgres_server import PG_BIN, PostgresServer
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
 pytest_plugins = ["plugin_postgres", "plugin_etcd"]

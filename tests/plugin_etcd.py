@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from servers_etcd import ETCD, EtcdCluster
+from tenure.testing.etcd_cluster import ETCD, EtcdCluster
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from uuid import uuid4
 
 import pytest
 
-from servers import PostgresServer
+from tenure.testing.postgres_server import PostgresServer
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from servers import PostgresServer
 from tenure._errors import InvalidArgument, StaleToken, TenureError
 from tenure.fence import SQLFence
+from tenure.testing.postgres_server import PostgresServer
 
 # -- one view of both databases -------------------------------------------------------------
 

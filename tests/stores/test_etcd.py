@@ -15,11 +15,11 @@ import anyio
 import pytest
 
 import tenure
-from servers_etcd import EtcdCluster, EtcdMember
 from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from tenure.stores._spi import Busy, Grant, Session
 from tenure.stores.etcd import EtcdSession, EtcdStore, get_op, put_op
 from tenure.testing import FaultyStore
+from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 
 pytestmark = pytest.mark.anyio
 OWNER = tenure.Owner("test", os.getpid())

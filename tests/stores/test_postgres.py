@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 import tenure
-from servers import PostgresServer, free_port
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
 from tenure.stores.postgres import PostgresStore
+from tenure.testing.postgres_server import PostgresServer, free_port
 
 pytestmark = pytest.mark.anyio
 

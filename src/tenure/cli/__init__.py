@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import ClassVar
 
 import click
 
@@ -60,15 +61,21 @@ def store_option(func: click.decorators.FC) -> click.decorators.FC:
 class _Commands(click.Group):
     """The subcommands, each in its own module, imported when used (and for --help)."""
 
-    names = ("run", "ls", "demo")
+    names: ClassVar[dict[str, str]] = {
+        "run": "run",
+        "ls": "ls",
+        "demo": "demo",
+        "dev-cluster": "dev_cluster",
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.names)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.names:
+        module = self.names.get(cmd_name)
+        if module is None:
             return None
-        command = getattr(importlib.import_module(f"{__name__}.{cmd_name}"), cmd_name)
+        command = getattr(importlib.import_module(f"{__name__}.{module}"), module)
         assert isinstance(command, click.Command)
         return command
 

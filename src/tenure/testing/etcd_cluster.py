@@ -1,4 +1,5 @@
-"""A real etcd cluster for the tests: ``/usr/bin/etcd`` members on free loopback ports.
+"""A real etcd cluster (``/usr/bin/etcd`` members on free loopback ports), for tests and for
+trying tenure (``tenure dev-cluster etcd``).
 
 ``EtcdCluster(members=3)`` starts a static cluster (data in a temporary directory), waits until
 every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-from servers import HOST, free_port
+from .postgres_server import HOST, free_port
 
 ETCD = Path(os.environ.get("TENURE_ETCD", "/usr/bin/etcd"))
 PREFIX = "tenure-etcd-"

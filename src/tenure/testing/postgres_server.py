@@ -1,4 +1,4 @@
-"""Real servers for the tests, started on free loopback ports (never mocks).
+"""A real PostgreSQL server for tests and for trying tenure, on a free loopback port.
 
 ``PostgresServer`` runs one PostgreSQL cluster in a temporary directory. It can be stopped, killed
 and started again on the same port and data (for chaos tests); ``close()`` removes everything.

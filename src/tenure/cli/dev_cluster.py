@@ -1,0 +1,54 @@
+"""``tenure dev-cluster etcd|postgres``: a real store on loopback, to try tenure in one command.
+
+The same launchers the test suite uses (``tenure.testing``): data in a temporary directory,
+free 127.0.0.1 ports, everything stopped and removed on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from ..testing.etcd_cluster import EtcdCluster
+from ..testing.postgres_server import PostgresServer
+
+
+@click.command(
+    name="dev-cluster",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.argument("kind", type=click.Choice(["etcd", "postgres"]))
+@click.option(
+    "--members",
+    type=click.IntRange(1, 7),
+    default=3,
+    show_default=True,
+    help="etcd members (n members tolerate (n-1)/2 failures).",
+)
+def dev_cluster(kind: str, members: int) -> int:
+    """Start a throw-away KIND store on loopback, print its URL, stop it on Ctrl-C.
+
+    For trying tenure across processes: `export TENURE_STORE=<url>` in other shells. Not for
+    production: no TLS, no authentication, data deleted on exit.
+    """
+    server = EtcdCluster(members=members) if kind == "etcd" else PostgresServer()
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+    with server:  # starts it; stops and removes it at the end
+        if isinstance(server, EtcdCluster):
+            url = f"etcd://{','.join(server.endpoints)}"
+        else:
+            url = server.dsn
+        click.echo(url)
+        click.echo(f"tenure: {kind} is up; export TENURE_STORE={url} (Ctrl-C stops it)", err=True)
+        stop.wait()
+    click.echo(f"tenure: {kind} stopped and removed", err=True)
+    return 0
