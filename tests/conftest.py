@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +29,9 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def sqlite_store_url(tmp_path: Path) -> str:
+    """A fresh embedded store for one test."""
+    return f"sqlite:///{tmp_path}/store.db"

@@ -25,8 +25,7 @@ TTL = 0.5
 SECONDS = 7.0
 
 
-def run_workload(tmp_path: Path, mode: str) -> tuple[list[str], int, int]:
-    store = f"sqlite:///{tmp_path}/store.db"
+def run_workload(tmp_path: Path, mode: str, store: str) -> tuple[list[str], int, int]:
     resource = str(tmp_path / "resource.db")
     make_counter(resource)
     argv = [sys.executable, str(WORKER), store, resource, mode, str(SECONDS), str(TTL)]
@@ -78,8 +77,12 @@ def run_workload(tmp_path: Path, mode: str) -> tuple[list[str], int, int]:
 
 
 @pytest.mark.timeout(90)
-def test_fenced_counter_loses_nothing(tmp_path: Path) -> None:
-    outputs, pauses, kills = run_workload(tmp_path, "fenced")
+@pytest.mark.parametrize("store", ["sqlite", "postgres", "etcd"])
+def test_fenced_counter_loses_nothing(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{store}_store_url")
+    outputs, pauses, kills = run_workload(tmp_path, "fenced", url)
     assert kills >= 1, "the nemesis must actually have crashed a holder"
     report = check_counter(str(tmp_path / "resource.db"))
     assert pauses >= 3, "the nemesis must actually have paused holders"
@@ -91,8 +94,9 @@ def test_fenced_counter_loses_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_unfenced_counter_shows_lost_updates(tmp_path: Path) -> None:
-    _, pauses, _ = run_workload(tmp_path, "unfenced")
+def test_unfenced_counter_shows_lost_updates(tmp_path: Path, sqlite_store_url: str) -> None:
+    """The positive control: the same run without fencing must show the violation."""
+    _, pauses, _ = run_workload(tmp_path, "unfenced", sqlite_store_url)
     report = check_counter(str(tmp_path / "resource.db"))
     assert pauses >= 3
     assert report.lost_updates, "without fencing, pauses past the lease must lose updates"

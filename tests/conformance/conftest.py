@@ -7,8 +7,6 @@ on a real server started once per session by that store's shared fixture.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 STORES = ["sqlite", "postgres", "etcd"]
@@ -19,11 +17,6 @@ def store_url(request: pytest.FixtureRequest) -> str:
     url = request.getfixturevalue(f"{request.param}_store_url")
     assert isinstance(url, str)
     return url
-
-
-@pytest.fixture
-def sqlite_store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/store.db"
 
 
 @pytest.fixture
