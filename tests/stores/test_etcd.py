@@ -373,3 +373,26 @@ def test_malformed_urls_are_refused(url: str) -> None:
 def test_url_defaults() -> None:
     assert EtcdStore.from_url("etcd://h1,h2:2380").url == "etcd://h1:2379,h2:2380/tenure"
     assert EtcdStore.from_url("etcd://[::1]:2379/a/b").url == "etcd://[::1]:2379/a/b"
+
+
+async def test_unreachable_cluster_means_loss_by_the_deadline(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    """Every member paused: no renewal can be confirmed, so the holder loses the lease at its own
+    deadline and the body of ``async with`` stops — no silent extension."""
+    reached_end = False
+    async with tenure.connect_async(etcd_store_url) as client:
+        try:
+            with pytest.raises(LeaseLost):
+                async with client.lock("cut-off", ttl=2) as lease:
+                    start = anyio.current_time()
+                    for member in etcd_cluster.members:
+                        member.pause()
+                    await anyio.sleep(10)
+                    reached_end = True
+            stopped_after = anyio.current_time() - start
+        finally:
+            etcd_cluster.healthy()  # resume every member and wait until they answer
+        assert not reached_end
+        assert lease.lost
+        assert stopped_after < 2.0, stopped_after  # by its deadline: before the TTL is up
