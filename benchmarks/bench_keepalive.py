@@ -1,0 +1,103 @@
+"""Keep-alive traffic does not grow with the number of locks a session holds.
+
+    .venv/bin/python benchmarks/bench_keepalive.py [--counts 1,100,10000] [--stores sqlite,etcd]
+
+For each store and each count N: one client acquires N locks with one TTL (so one session), then
+holds them for a few renewal intervals. Printed: the keep-alive calls the client made per renewal
+interval, their latency (p50, max), and the time it took to acquire the N locks. Every store
+renews a whole session with one request, so the calls per interval stay at one and their latency
+flat, whatever N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+import anyio
+
+from tenure import AsyncClient
+from tenure._url import open_store
+from tenure.stores._spi import Session
+from tenure.testing import FaultyStore
+
+TTL = 3.0
+ROW = "{:<9} {:>6} {:>15} {:>8} {:>8} {:>14}"
+INTERVALS = 3
+
+
+class TimedStore(FaultyStore):
+    """Counts and times keep-alives (no faults injected)."""
+
+    def __init__(self, inner: object) -> None:
+        super().__init__(inner)  # type: ignore[arg-type]
+        self.latencies: list[float] = []
+
+    async def keep_alive(self, session: Session) -> bool:
+        start = time.perf_counter()
+        try:
+            return await super().keep_alive(session)
+        finally:
+            self.latencies.append(time.perf_counter() - start)
+
+
+async def measure(url: str, count: int) -> tuple[float, float, float, float]:
+    store = TimedStore(open_store(url))
+    async with AsyncClient(store) as client:
+        start = time.perf_counter()
+        leases = [await client.acquire(f"held-{i}", TTL) for i in range(count)]
+        acquire_s = time.perf_counter() - start
+        store.keep_alive_calls = 0
+        store.latencies.clear()
+        await anyio.sleep(TTL / 3 * INTERVALS + 0.05)
+        for lease in leases:
+            lease.check()
+        calls = store.keep_alive_calls / INTERVALS
+        p50 = statistics.median(store.latencies) if store.latencies else float("nan")
+        worst = max(store.latencies, default=float("nan"))
+    return calls, p50 * 1e3, worst * 1e3, acquire_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1,100,10000")
+    parser.add_argument("--stores", default="sqlite,postgres,etcd")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    stores = args.stores.split(",")
+    print(
+        f"keep-alive per session, TTL {TTL:g} s (renewal every {TTL / 3:g} s), {INTERVALS} rounds"
+    )
+    print(ROW.format("store", "locks", "calls/interval", "p50 ms", "max ms", "acquire all s"))
+    with ExitStack() as stack:
+        for kind in stores:
+            if kind == "sqlite":
+                url = f"sqlite:///{tempfile.mkdtemp(prefix='tenure-ka-')}/s.db"
+            elif kind == "postgres":
+                from tenure.testing.postgres_server import PostgresServer
+
+                pg = stack.enter_context(PostgresServer())
+                url = f"{pg.dsn}?schema=ka_{uuid.uuid4().hex[:8]}"
+            elif kind == "etcd":
+                from tenure.testing.etcd_cluster import EtcdCluster
+
+                etcd = stack.enter_context(EtcdCluster(members=3))
+                url = f"etcd://{','.join(etcd.endpoints)}/ka_{uuid.uuid4().hex[:8]}"
+            else:
+                sys.exit(f"unknown store {kind!r}")
+            for count in counts:
+                calls, p50, worst, acquire_s = anyio.run(measure, url, count)
+                cells = (f"{calls:.2f}", f"{p50:.2f}", f"{worst:.2f}", f"{acquire_s:.2f}")
+                print(ROW.format(kind, count, *cells))
+            if kind == "sqlite":
+                Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
