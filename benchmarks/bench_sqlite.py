@@ -22,31 +22,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
-import gc
-import itertools
 import json
-import math
 import os
 import platform
-import select
 import shutil
-import signal
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from _common import (
+    BenchError,
+    Child,
+    analyse_contention,
+    children,
+    cycle_loop,
+    cycle_loop_async,
+    die_with_parent,
+    emit,
+    f,
+    median_round,
+    proc_usage,
+    progress,
+    read_command,
+    table,
+    verdict,
+)
+
 LOCK_NAME = "bench"
 TTL = 30.0
-PROTO = "@@"  # prefix of protocol lines on a worker's stdout; anything else there is ignored
 
 CYCLE_VARIANTS = [
     "tenure-sync",
@@ -77,42 +87,6 @@ TARGET_JAIN = 0.99
 TARGET_WAIT_FACTOR = 2.0
 TARGET_HANDOFF_S = 0.005
 TARGET_IDLE_CPU = 0.01
-
-
-class BenchError(RuntimeError):
-    pass
-
-
-# -- statistics ----------------------------------------------------------------------------------
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of ``values``; NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]
-
-
-def jain(xs: Sequence[float]) -> float:
-    """Jain's fairness index (sum x)^2 / (n * sum x^2): 1.0 = perfectly even."""
-    square_sum = sum(x * x for x in xs)
-    if not xs or square_sum == 0:
-        return math.nan
-    return sum(xs) ** 2 / (len(xs) * square_sum)
-
-
-def summary(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "n": float(len(values)),
-        "mean": statistics.fmean(values) if values else math.nan,
-        "p50": pct(values, 50),
-        "p90": pct(values, 90),
-        "p99": pct(values, 99),
-        "p99.9": pct(values, 99.9),
-        "max": max(values) if values else math.nan,
-    }
 
 
 # -- lock variants used by the workers ------------------------------------------------------------
@@ -272,27 +246,6 @@ def make_lock(variant: str, workdir: Path, portalocker_timeout: float | None = N
 # -- workers (run as subprocesses of this script) -------------------------------------------------
 
 
-def emit(message: str) -> None:
-    sys.stdout.write(PROTO + message + "\n")
-    sys.stdout.flush()
-
-
-def die_with_parent() -> None:
-    """Have the kernel SIGTERM this worker if the benchmark process dies (Linux)."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:
-        sys.exit(1)
-
-
-def read_command() -> str:
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit(1)  # the benchmark went away
-    return line.strip()
-
-
 def worker_cycle(cfg: dict[str, Any]) -> dict[str, Any]:
     workdir = Path(cfg["dir"])
     warmup, max_cycles, seconds = int(cfg["warmup"]), int(cfg["max_cycles"]), float(cfg["seconds"])
@@ -300,39 +253,9 @@ def worker_cycle(cfg: dict[str, Any]) -> dict[str, Any]:
         return _cycle_async(workdir, warmup, max_cycles, seconds)
     lock = make_lock(cfg["variant"], workdir)
     try:
-        return _cycle_loop(lock.acquire, lock.release, warmup, max_cycles, seconds)
+        return cycle_loop(lock.acquire, lock.release, warmup, max_cycles, seconds)
     finally:
         lock.close()
-
-
-def _cycle_loop(
-    acquire: Callable[[], object],
-    release: Callable[[], object],
-    warmup: int,
-    max_cycles: int,
-    seconds: float,
-) -> dict[str, Any]:
-    for _ in range(warmup):
-        acquire()
-        release()
-    gc.collect()
-    clock = time.perf_counter_ns
-    total: list[int] = []
-    acq: list[int] = []
-    start = clock()
-    end = start + int(seconds * 1e9)
-    cpu0 = time.process_time()
-    while len(total) < max_cycles:
-        t0 = clock()
-        acquire()
-        t1 = clock()
-        release()
-        t2 = clock()
-        total.append(t2 - t0)
-        acq.append(t1 - t0)
-        if t2 >= end:
-            break
-    return _cycle_result(total, acq, clock() - start, time.process_time() - cpu0)
 
 
 def _cycle_async(workdir: Path, warmup: int, max_cycles: int, seconds: float) -> dict[str, Any]:
@@ -342,45 +265,20 @@ def _cycle_async(workdir: Path, warmup: int, max_cycles: int, seconds: float) ->
 
     async def main() -> dict[str, Any]:
         async with tenure.connect_async(f"sqlite:///{workdir / 'tenure.db'}") as client:
-            for _ in range(warmup):
+            lease: tenure.AsyncLease | None = None
+
+            async def acquire() -> None:
+                nonlocal lease
                 lease = await client.acquire(LOCK_NAME, ttl=TTL)
+
+            async def release() -> None:
+                assert lease is not None
                 await lease.release()
-            gc.collect()
-            clock = time.perf_counter_ns
-            total: list[int] = []
-            acq: list[int] = []
-            start = clock()
-            end = start + int(seconds * 1e9)
-            cpu0 = time.process_time()
-            while len(total) < max_cycles:
-                t0 = clock()
-                lease = await client.acquire(LOCK_NAME, ttl=TTL)
-                t1 = clock()
-                await lease.release()
-                t2 = clock()
-                total.append(t2 - t0)
-                acq.append(t1 - t0)
-                if t2 >= end:
-                    break
-            return _cycle_result(total, acq, clock() - start, time.process_time() - cpu0)
+
+            return await cycle_loop_async(acquire, release, warmup, max_cycles, seconds)
 
     result: dict[str, Any] = anyio.run(main)
     return result
-
-
-def _cycle_result(
-    total: list[int], acq: list[int], elapsed_ns: int, cpu_s: float
-) -> dict[str, Any]:
-    rel = [t - a for t, a in zip(total, acq, strict=True)]
-    return {
-        "cycles": len(total),
-        "elapsed_s": elapsed_ns / 1e9,
-        "cycles_per_s": len(total) / (elapsed_ns / 1e9),
-        "cpu_per_cycle_us": cpu_s / max(1, len(total)) * 1e6,
-        "cycle_us": {k: v / 1e3 for k, v in summary(total).items() if k != "n"},
-        "acquire_us": {k: v / 1e3 for k, v in summary(acq).items() if k != "n"},
-        "release_us": {k: v / 1e3 for k, v in summary(rel).items() if k != "n"},
-    }
 
 
 def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -444,90 +342,9 @@ def run_worker(kind: str, config: str) -> int:
 # -- the parent side: children, and the measurements ----------------------------------------------
 
 
-class Child:
-    """One worker subprocess, talked to by lines; its stderr goes to a log file."""
-
-    def __init__(self, kind: str, config: dict[str, Any], log: Path) -> None:
-        self.log = log
-        self._log_file = log.open("wb")
-        self._buf = b""
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--worker", kind, json.dumps(config)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            bufsize=0,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def expect(self, timeout: float) -> str:
-        """The next protocol line from the worker, without the prefix."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            while b"\n" in self._buf:
-                line, _, self._buf = self._buf.partition(b"\n")
-                if line.startswith(PROTO.encode()):
-                    return line[len(PROTO) :].decode()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BenchError(f"worker {self.pid} timed out{self._tail()}")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    self.proc.wait(timeout=5)
-                    raise BenchError(
-                        f"worker {self.pid} exited ({self.proc.returncode}){self._tail()}"
-                    )
-                self._buf += chunk
-
-    def result(self, timeout: float) -> dict[str, Any]:
-        line = self.expect(timeout)
-        if not line.startswith("result "):
-            raise BenchError(f"worker {self.pid} said {line!r}, expected its result")
-        self.proc.wait(timeout=10)
-        data: dict[str, Any] = json.loads(line[len("result ") :])
-        return data
-
-    def _tail(self) -> str:
-        self._log_file.flush()
-        text = self.log.read_text(errors="replace").strip()
-        return f"; its stderr ends:\n{text[-2000:]}" if text else ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=3)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-        self._log_file.close()
-
-
-@contextlib.contextmanager
-def children() -> Iterator[list[Child]]:
-    """A list to add workers to; every one is stopped on the way out, whatever happened."""
-    started: list[Child] = []
-    try:
-        yield started
-    finally:
-        for child in started:
-            child.stop()
+def child(kind: str, config: dict[str, Any], log: Path) -> Child:
+    """A worker subprocess of this script."""
+    return Child(__file__, kind, config, log)
 
 
 @dataclass
@@ -571,7 +388,7 @@ class Bench:
                     "seconds": self.s.cycle_seconds,
                 }
                 with children() as kids:
-                    kids.append(Child("cycle", config, workdir / "worker.log"))
+                    kids.append(child("cycle", config, workdir / "worker.log"))
                     result = kids[0].result(timeout=self.s.cycle_seconds + 60)
                 result["round"] = r
                 rounds[variant].append(result)
@@ -585,7 +402,7 @@ class Bench:
         config = {"variant": variant, "dir": str(workdir), "hold_s": self.s.hold_s}
         with children() as kids:
             for i in range(self.s.procs):
-                kids.append(Child("contend", config, workdir / f"worker{i}.log"))
+                kids.append(child("contend", config, workdir / f"worker{i}.log"))
             for kid in kids:
                 if kid.expect(timeout=60) != "ready":
                     raise BenchError("worker not ready")
@@ -594,7 +411,7 @@ class Bench:
             for kid in kids:
                 kid.send(f"go {end!r}")
             results = [kid.result(timeout=self.s.contend_seconds + 60) for kid in kids]
-        return analyse_contention(variant, results, start, end, self.s)
+        return analyse_contention(variant, results, start, end, self.s.procs, self.s.hold_s)
 
     # part 3 ------------------------------------------------------------------------------------
 
@@ -606,12 +423,12 @@ class Bench:
             "portalocker_timeout": self.s.idle_hold_s + 60,
         }
         with children() as kids:
-            holder = Child("idle", {**config, "role": "holder"}, workdir / "holder.log")
+            holder = child("idle", {**config, "role": "holder"}, workdir / "holder.log")
             kids.append(holder)
             if holder.expect(timeout=60) != "held":
                 raise BenchError("holder did not take the lock")
             waiters = [
-                Child("idle", {**config, "role": "waiter"}, workdir / f"waiter{i}.log")
+                child("idle", {**config, "role": "waiter"}, workdir / f"waiter{i}.log")
                 for i in range(self.s.procs)
             ]
             kids.extend(waiters)
@@ -643,95 +460,7 @@ class Bench:
         }
 
 
-@dataclass
-class Usage:
-    cpu_s: float  # summed over the process's live threads, from schedstat (ns resolution)
-    ticks_s: float  # utime + stime from /proc/PID/stat (includes exited threads; 10 ms ticks)
-    switches: int  # voluntary + involuntary context switches over live threads
-
-
-def proc_usage(pid: int) -> Usage:
-    base = Path(f"/proc/{pid}")
-    cpu_ns = 0
-    switches = 0
-    for task in (base / "task").iterdir():
-        with contextlib.suppress(OSError):
-            cpu_ns += int((task / "schedstat").read_text().split()[0])
-            for line in (task / "status").read_text().splitlines():
-                if "ctxt_switches:" in line:
-                    switches += int(line.split()[1])
-    fields = (base / "stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return Usage(cpu_ns / 1e9, ticks / os.sysconf("SC_CLK_TCK"), switches)
-
-
-def analyse_contention(
-    variant: str, results: list[dict[str, Any]], start: float, end: float, s: Settings
-) -> dict[str, Any]:
-    counts = [len(r["records"]) for r in results]
-    grants = sorted(
-        (got, releasing, asked, proc)
-        for proc, r in enumerate(results)
-        for asked, got, releasing in r["records"]
-    )
-    waits = [got - asked for got, _, asked, _ in grants]
-    handoffs: list[float] = []
-    overlaps = 0
-    for (_, prev_rel, _, _), (got, _, asked, _) in itertools.pairwise(grants):
-        if got < prev_rel:
-            overlaps += 1  # granted before the previous holder had even started releasing
-        elif asked <= prev_rel:  # the next holder was already waiting when the lock was freed
-            handoffs.append(got - prev_rel)
-    last = max(g[1] for g in grants) if grants else end
-    span = max(end, last) - start
-    return {
-        "variant": variant,
-        "procs": s.procs,
-        "hold_s": s.hold_s,
-        "span_s": span,
-        "acquisitions": sum(counts),
-        "per_s": sum(counts) / span,
-        "counts": counts,
-        "jain": jain(counts),
-        "wait_s": summary(waits),
-        "handoff_s": summary(handoffs),
-        "overlaps": overlaps,
-        "timeouts": sum(int(r["timeouts"]) for r in results),
-        "cpu_s_per_acquisition": sum(float(r["cpu_s"]) for r in results) / max(1, sum(counts)),
-        "records": [r["records"] for r in results],
-    }
-
-
 # -- output ---------------------------------------------------------------------------------------
-
-
-def progress(message: str) -> None:
-    print(f"  .. {message}", file=sys.stderr, flush=True)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
-
-
-def f(x: float, digits: int = 0) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.{digits}f}"
-
-
-def verdict(ok: bool) -> str:
-    return "ok" if ok else "MISS"
-
-
-def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    ordered = sorted(rounds, key=lambda r: r["cycles_per_s"])
-    return ordered[(len(ordered) - 1) // 2]
 
 
 def report_cycles(rounds: dict[str, list[dict[str, Any]]]) -> tuple[str, dict[str, float]]:
