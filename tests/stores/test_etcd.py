@@ -17,7 +17,7 @@ import pytest
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from tenure.stores._spi import Busy, Grant, Session
-from tenure.stores.etcd import EtcdSession, EtcdStore, get_op, put_op
+from tenure.stores.etcd import EtcdSession, EtcdStore, EtcdTicket, get_op, put_op
 from tenure.testing import FaultyStore
 from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 
@@ -313,6 +313,97 @@ async def test_a_waiter_whose_lease_died_is_never_granted(
             await store.attempt(b, "w", busy.ticket, enqueue=True)
         assert not await store.keep_alive(b)
         assert await store.locks("w") == []
+    finally:
+        await store.aclose()
+
+
+class Recorder:
+    """Records the gateway calls of one store (path and body), passing them through."""
+
+    def __init__(self, store: EtcdStore) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._real = store._gw.call
+        store._gw.call = self.call  # type: ignore[method-assign]
+
+    async def call(self, path: str, body: dict[str, Any], **options: Any) -> dict[str, Any]:
+        self.calls.append((path, body))
+        return await self._real(path, body, **options)
+
+    def take(self) -> list[str]:
+        """The paths called since the last take, a txn marked ``kv/txn+put`` if it can write."""
+        paths = []
+        for path, body in self.calls:
+            ops = [*body.get("success", []), *body.get("failure", [])] if path == "kv/txn" else []
+            paths.append(path + ("+put" if any("request_put" in op for op in ops) else ""))
+        self.calls.clear()
+        return paths
+
+
+async def test_a_waiters_attempt_only_reads_unless_its_key_is_gone(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    recorder = Recorder(store)
+    prefix = f"{namespace(etcd_store_url)}/locks/r/"
+    try:
+        a, b = [await store.open_session(5, OWNER) for _ in range(2)]
+        granted = await store.attempt(a, "r", None, enqueue=True)
+        busy = await store.attempt(b, "r", None, enqueue=True)
+        assert isinstance(granted, Grant) and isinstance(busy, Busy)
+        recorder.take()
+        again = await store.attempt(b, "r", busy.ticket, enqueue=True)  # still busy
+        assert isinstance(again, Busy) and again.ticket is busy.ticket
+        assert again.extra["predecessor"] == busy.extra["predecessor"]
+        assert recorder.take() == ["kv/txn"]  # one read-only txn; the holder's TTL remembered
+        await store.release(a, "r", granted.token)
+        recorder.take()
+        won = await store.attempt(b, "r", busy.ticket, enqueue=True)
+        assert isinstance(won, Grant) and recorder.take() == ["kv/txn"]
+        [(_, created)] = keys_under(etcd_cluster.members[0], prefix)
+        assert won.token == created
+        await store.release(b, "r", won.token)
+        # A waiter whose key was deleted under it is not granted on a read: it queues again.
+        granted = await store.attempt(a, "r", None, enqueue=True)
+        busy = await store.attempt(b, "r", None, enqueue=True)
+        assert isinstance(granted, Grant) and isinstance(busy, Busy)
+        assert isinstance(busy.ticket, EtcdTicket)
+        etcd_cluster.members[1].request("/v3/kv/deleterange", {"key": b64(busy.ticket.key)})
+        await store.release(a, "r", granted.token)
+        recorder.take()
+        requeued = await store.attempt(b, "r", busy.ticket, enqueue=True)
+        assert recorder.take() == ["kv/txn", "kv/txn+put"]
+        assert isinstance(requeued, Grant) and requeued.token > granted.token
+        await store.release(b, "r", requeued.token)
+    finally:
+        await store.aclose()
+
+
+async def test_the_holders_time_left_is_read_once_then_estimated(etcd_store_url: str) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    recorder = Recorder(store)
+    try:
+        a, b, c = [await store.open_session(8, OWNER) for _ in range(3)]
+        assert isinstance(await store.attempt(a, "t", None, enqueue=True), Grant)
+        recorder.take()
+        first = await store.attempt(b, "t", None, enqueue=True)
+        assert isinstance(first, Busy) and first.holder is not None
+        assert recorder.take() == ["kv/txn+put", "lease/timetolive"]
+        assert isinstance(first.holder.expires_in, float) and 0 < first.holder.expires_in <= 8
+        await anyio.sleep(0.2)
+        later = await store.attempt(c, "t", None, enqueue=False)  # another session, same holder
+        assert isinstance(later, Busy) and later.holder is not None
+        assert recorder.take() == ["kv/txn+put"]  # no timetolive: estimated
+        assert isinstance(later.holder.expires_in, float)
+        assert 0 < later.holder.expires_in <= first.holder.expires_in - 0.2
+        [info] = await store.locks("t")  # asks every time
+        assert recorder.take() == ["kv/range", "lease/timetolive"] and 0 < info.expires_in <= 8
+        assert await store.keep_alive(a) and isinstance(a, EtcdSession)
+        store._ttls[str(a.id)] = (1.0, time.monotonic() - 3.0, 8.0)  # read 3 s ago (> TTL/4)
+        recorder.take()
+        fresh = await store.attempt(c, "t", None, enqueue=False)
+        assert isinstance(fresh, Busy) and fresh.holder is not None
+        assert recorder.take() == ["kv/txn+put", "lease/timetolive"]
+        assert fresh.holder.expires_in > 6  # renewed just now, read again
     finally:
         await store.aclose()
 

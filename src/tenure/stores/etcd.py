@@ -11,15 +11,23 @@ Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no 
   so lock ``a/b`` never falls in the range of lock ``a``. The holder is the key with the lowest
   create revision; the **token is that key's create revision** (global, monotonic, Raft-committed
   before it is returned, kept across leader changes and restarts).
-- **One txn per attempt.** If the own key is absent, put it and read the owner, the queue length
-  and the own key's predecessor; else read the own key, the owner, the queue length and the
-  predecessor. The key is deterministic per session and lock (a second concurrent acquire of
-  the same name in one session gets a ``.1`` suffix), so a txn whose answer was lost is safely
-  sent again, or attempted again by the caller: it finds its own key instead of queueing twice
-  (a key left by a failed request that nobody reuses is deleted at the next keep-alive). An
-  attempt that will not wait (``enqueue=False``) puts its key only if the lock's range is empty,
-  so it never leaves a trace. A grant is reported only when the txn read the own key (which
-  exists only under a live lease) as the owner.
+- **One txn per attempt.** A first attempt puts the own key if it is absent and reads the owner,
+  the queue length and the own key's predecessor (if present: reads the own key, the owner, the
+  queue length). A waiter's attempt (its key queued) only reads the own key, the owner, the queue
+  length and the predecessor: a txn with no put, which etcd answers by a linearizable ReadIndex
+  read rather than a Raft round (a put, even in a branch not taken, makes a txn a write); only if
+  the own key is gone (its lease ended, or it was deleted) does it put it again. The key is
+  deterministic per session and lock (a second concurrent acquire of the same name in one session
+  gets a ``.1`` suffix), so a txn whose answer was lost is safely sent again, or attempted again
+  by the caller: it finds its own key instead of queueing twice (a key left by a failed request
+  that nobody reuses is deleted at the next keep-alive). An attempt that will not wait
+  (``enqueue=False``) puts its key only if the lock's range is empty, so it never leaves a trace.
+  A grant is reported only when the txn read the own key (which exists only under a live lease)
+  as the owner.
+- **The holder's ``expires_in``** (for people watching a wait) comes from ``lease/timetolive``,
+  asked once per holder's lease and then again only when that read is more than a quarter of the
+  lease's TTL old; in between it is the time left then minus the time passed since, a lower
+  bound. ``locks()`` always asks.
 - **Waiting** watches the predecessor's key only (the next-lower create revision) for its
   deletion, from the revision the attempt read: no missed event, no herd, one wake-up per release.
 - **Release** is a txn: delete the own key only if its create revision is still the token, so a
@@ -44,6 +52,7 @@ import json
 import math
 import re
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -59,6 +68,7 @@ DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
 
 
 def put_op(key: bytes | str, value: bytes | str, lease: int = 0) -> JSON:
@@ -92,6 +102,11 @@ def _last(prefix: bytes, end: bytes, limit: int, below: int = 0) -> JSON:
 
 def _created(kv: JSON) -> int:
     return int(kv.get("create_revision", 0))
+
+
+def _ranges(answer: JSON) -> list[JSON]:
+    """The range responses of a txn answer (an empty dict for any other response)."""
+    return [r.get("response_range") or {} for r in answer.get("responses") or [{}]]
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,8 @@ class EtcdStore(Store):
         self._gw = Gateway(endpoints)
         self.wakeups = 0
         """Watches that fired (a predecessor went away): for tests and metrics."""
+        self._ttls: dict[str, tuple[float, float, float]] = {}
+        """Holders' leases seen: lease ID → (TTL left, monotonic time read, granted TTL)."""
 
     @classmethod
     def from_url(cls, url: str) -> EtcdStore:
@@ -295,34 +312,51 @@ class EtcdStore(Store):
         else:
             slot, key = ticket.slot, ticket.key
         queue = ticket is not None or enqueue
-        # Put the own key if it is absent (queueing) or if the whole lock is free (no waiting).
-        absent = {"key": b64(key)} if queue else {"key": b64(prefix), "range_end": b64(end)}
-        compare = [{**absent, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
-        put = {
-            "request_put": {"key": b64(key), "value": b64(session.value), "lease": str(session.id)}
-        }
         count = _range(prefix, end, count_only=True)
-        # After the put, the own key is the last one: the last two are it and its predecessor.
-        success = [put, _first(prefix, end), count, _last(prefix, end, 2)]
-        failure = [get_op(key), _first(prefix, end), count]
+        answer: JSON | None = None
+        wrote = False  # whether the put applied (the answer's ranges then follow the put)
         if ticket is not None:
-            failure.append(_last(prefix, end, 1, below=ticket.revision - 1))
-        try:
-            answer = await self._txn(compare, success, failure)
-        except LeaseLost:
-            if ticket is None:
-                session.free(name, slot)
-            raise
-        except StoreUnavailable:
-            if ticket is None:  # it may have applied: the key is deleted later unless reused
-                session.free(name, slot)
-                session.dirty.add(key)
-            raise
+            # A waiter's own key is normally there: re-check with reads only. etcd serves a txn
+            # with no put in either branch by a linearizable ReadIndex read instead of a Raft
+            # round (a put even in a branch not taken makes the whole txn a write).
+            reads = [get_op(key), _first(prefix, end), count]
+            reads.append(_last(prefix, end, 1, below=ticket.revision - 1))
+            answer = await self._txn([], reads, [])  # failing: the ticket stays, nothing to undo
+            if not _ranges(answer)[0].get("kvs"):
+                answer = None  # the own key is gone (its lease ended, or deleted): put it again
+        if answer is None:
+            # Put the own key if it is absent (queueing) or if the whole lock is free (no waiting).
+            absent = {"key": b64(key)} if queue else {"key": b64(prefix), "range_end": b64(end)}
+            compare = [{**absent, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
+            put = {
+                "request_put": {
+                    "key": b64(key),
+                    "value": b64(session.value),
+                    "lease": str(session.id),
+                }
+            }
+            # After the put, the own key is the last one: the last two are it and its predecessor.
+            success = [put, _first(prefix, end), count, _last(prefix, end, 2)]
+            failure = [get_op(key), _first(prefix, end), count]
+            if ticket is not None:
+                failure.append(_last(prefix, end, 1, below=ticket.revision - 1))
+            try:
+                answer = await self._txn(compare, success, failure)
+            except LeaseLost:
+                if ticket is None:
+                    session.free(name, slot)
+                raise
+            except StoreUnavailable:
+                if ticket is None:  # it may have applied: the key is deleted later unless reused
+                    session.free(name, slot)
+                    session.dirty.add(key)
+                raise
+            wrote = bool(answer.get("succeeded"))
         revision = int(answer["header"]["revision"])
-        ranges = [r.get("response_range") or {} for r in answer.get("responses", [])]
+        ranges = _ranges(answer)
         before: JSON | None = None
         known = True  # whether ``before`` (the predecessor) was read in the txn
-        if answer.get("succeeded"):
+        if wrote:
             mine: int | None = revision  # the put's revision is the new key's create revision
             last = ranges[3].get("kvs", [])
             before = last[1] if len(last) > 1 else None
@@ -383,21 +417,40 @@ class EtcdStore(Store):
         answer = await self._txn(compare, [delete_op(key)], [])
         return bool(answer.get("succeeded"))
 
-    async def _info(self, name: str, owner: JSON, count: int) -> LockInfo:
+    async def _info(self, name: str, owner: JSON, count: int, fresh: bool = False) -> LockInfo:
         try:
             fields = json.loads(unb64(owner.get("value")))
             who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
         except (ValueError, KeyError, TypeError):
             who = Owner("?", 0, "not written by tenure")
-        expires_in = 0.0
         lease = owner.get("lease")
-        if lease:
-            try:
-                answer = await self._gw.call("lease/timetolive", {"ID": lease})
-            except EtcdError as exc:
-                raise self._error(exc) from None
-            expires_in = max(0.0, float(answer.get("TTL", 0)))
+        expires_in = await self._expires_in(str(lease), fresh) if lease else 0.0
         return LockInfo(name, _created(owner), who, expires_in, max(0, count - 1))
+
+    async def _expires_in(self, lease: str, fresh: bool) -> float:
+        """Seconds left on ``lease``: read with ``lease/timetolive``, or estimated from a read at
+        most a quarter of its granted TTL ago (``fresh`` False). The estimate is the time left
+        then minus the time passed since: a lower bound, low by at most that quarter TTL if the
+        holder renewed meanwhile (what ``expires_in`` is for: shown to people while they wait)."""
+        now = time.monotonic()
+        cached = self._ttls.get(lease)
+        if cached is not None and not fresh:
+            left, read_at, granted = cached
+            estimate = left - (now - read_at)
+            if now - read_at <= granted / 4 and estimate > 0:
+                return estimate
+        try:
+            answer = await self._gw.call("lease/timetolive", {"ID": lease})
+        except EtcdError as exc:
+            raise self._error(exc) from None
+        left = float(answer.get("TTL", 0))  # -1: expired or unknown
+        if left <= 0:
+            self._ttls.pop(lease, None)
+            return 0.0
+        if len(self._ttls) >= _TTL_CACHE:
+            self._ttls.clear()
+        self._ttls[lease] = (left, now, max(left, float(answer.get("grantedTTL", 0))))
+        return left
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         predecessor = busy.extra.get("predecessor")
@@ -455,7 +508,7 @@ class EtcdStore(Store):
 
         async def one(lock: str, kvs: list[JSON]) -> None:
             try:
-                found[lock] = await self._info(lock, min(kvs, key=_created), len(kvs))
+                found[lock] = await self._info(lock, min(kvs, key=_created), len(kvs), True)
             except StoreUnavailable as exc:
                 failed.append(exc)
 
