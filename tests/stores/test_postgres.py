@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from typing import Any
 from uuid import uuid4
 
 import anyio
@@ -119,13 +120,166 @@ async def test_newer_schema_version_is_refused(postgres: PostgresServer) -> None
         assert await client.locks() == []
     with psycopg.connect(postgres.dsn, autocommit=True) as db:
         db.execute(
-            psycopg.sql.SQL("UPDATE {}.meta SET value = '2' WHERE key = 'schema'").format(
+            psycopg.sql.SQL("UPDATE {}.meta SET value = '3' WHERE key = 'schema'").format(
                 psycopg.sql.Identifier(schema)
             )
         )
     async with tenure.connect_async(url) as client:
-        with pytest.raises(StoreUnavailable, match="version 2"):
+        with pytest.raises(StoreUnavailable, match="version 3"):
             await client.locks()
+
+
+SCHEMA_V1 = """
+CREATE SCHEMA {s};
+CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE {s}.sessions (
+    id bigserial PRIMARY KEY, expires timestamptz NOT NULL, ttl float8 NOT NULL,
+    host text NOT NULL, pid integer NOT NULL, label text NOT NULL);
+CREATE TABLE {s}.tokens (name text PRIMARY KEY, last bigint NOT NULL);
+CREATE TABLE {s}.locks (
+    name text PRIMARY KEY, token bigint NOT NULL, session bigint NOT NULL, waiter bigint);
+CREATE TABLE {s}.waiters (
+    seq bigserial PRIMARY KEY, name text NOT NULL, session bigint NOT NULL,
+    channel text NOT NULL, listener integer NOT NULL);
+INSERT INTO {s}.meta (key, value) VALUES ('schema', '1');
+INSERT INTO {s}.tokens (name, last) VALUES ('old', 7);
+"""
+
+
+async def test_version_1_schema_is_migrated_and_its_counters_kept(
+    postgres: PostgresServer,
+) -> None:
+    url, schema = fresh_url(postgres)
+    ident = psycopg.sql.Identifier(schema)
+    with psycopg.connect(postgres.dsn, autocommit=True) as db:
+        db.execute(psycopg.sql.SQL(SCHEMA_V1).format(s=ident))
+    async with tenure.connect_async(url) as client, client.lock("old", ttl=5) as lease:
+        assert lease.token == 8
+    with psycopg.connect(postgres.dsn, autocommit=True) as db:
+        query = psycopg.sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema'").format(ident)
+        assert db.execute(query).fetchone() == ("2",)
+
+
+# -- round trips ----------------------------------------------------------------------------
+
+
+def count_statements(store: PostgresStore) -> list[str]:
+    """Statements sent on the store's command connection from now on (it must be open)."""
+    conn = store._conn
+    assert conn is not None
+    sent: list[str] = []
+    execute = conn.execute
+
+    async def counting(query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append(query.as_string(conn) if hasattr(query, "as_string") else str(query))
+        return await execute(query, params, **kwargs)
+
+    conn.execute = counting  # type: ignore[method-assign]
+    return sent
+
+
+async def test_uncontended_grant_and_release_are_one_statement_each(
+    postgres: PostgresServer,
+) -> None:
+    url, _ = fresh_url(postgres)
+    store = PostgresStore.from_url(url)
+    try:
+        session = await store.open_session(30, tenure.Owner("test", 1))
+        sent = count_statements(store)
+        for _ in range(3):
+            granted = await store.attempt(session, "rt", None, enqueue=True)
+            assert isinstance(granted, tenure.stores._spi.Grant) and granted.renewed_session
+            assert len(sent) == 1 and ".attempt(" in sent[0], sent
+            await store.release(session, "rt", granted.token)
+            assert len(sent) == 2 and ".release(" in sent[1], sent
+            sent.clear()
+        assert await store.keep_alive(session)
+        assert len(sent) == 1, sent
+    finally:
+        await store.aclose()
+
+
+async def test_a_handed_over_waiter_learns_its_grant_with_one_read(
+    postgres: PostgresServer,
+) -> None:
+    """The release's NOTIFY names the waiter's place and token: the waiter checks with one
+    read (no lock, no write) that the lock is its own and its session alive."""
+    url, _ = fresh_url(postgres)
+    store_a, store_b = PostgresStore.from_url(url), PostgresStore.from_url(url)
+    owner = tenure.Owner("test", 1)
+    try:
+        a = await store_a.open_session(30, owner)
+        b = await store_b.open_session(30, owner)
+        granted = await store_a.attempt(a, "h", None, enqueue=True)
+        assert isinstance(granted, tenure.stores._spi.Grant)
+        busy = await store_b.attempt(b, "h", None, enqueue=True)
+        assert isinstance(busy, tenure.stores._spi.Busy) and busy.ticket is not None
+        assert busy.holder is not None and busy.holder.token == granted.token
+        sent = count_statements(store_b)
+        await store_a.release(a, "h", granted.token)
+        with anyio.fail_after(5):
+            await store_b.wait(busy.ticket, busy, 5)
+        handed = await store_b.attempt(b, "h", busy.ticket, enqueue=True)
+        assert isinstance(handed, tenure.stores._spi.Grant)
+        assert handed.token == granted.token + 1 and not handed.renewed_session
+        assert len(sent) == 1 and "FROM" in sent[0] and ".attempt(" not in sent[0], sent
+        assert [info.token for info in await store_a.locks("h")] == [handed.token]
+        await store_b.release(b, "h", handed.token)
+        assert await store_a.locks("h") == []
+    finally:
+        await store_a.aclose()
+        await store_b.aclose()
+
+
+def lose_answers(store: PostgresStore, error: Exception) -> None:
+    """From now on, statements on the command connection commit but their answers are lost."""
+    conn = store._conn
+    assert conn is not None
+    execute = conn.execute
+
+    async def lose_answer(query: Any, params: Any = None, **kwargs: Any) -> Any:
+        await execute(query, params, **kwargs)  # committed (autocommit)...
+        raise error  # ...but never heard of
+
+    conn.execute = lose_answer  # type: ignore[method-assign]
+
+
+async def test_a_grant_whose_answer_was_lost_is_asked_again_with_the_same_answer(
+    postgres: PostgresServer,
+) -> None:
+    """A connection that dies under the grant: sent again on a fresh one, the same request
+    gets the same grant (not a second token, nor a place behind itself)."""
+    url, _ = fresh_url(postgres)
+    store = PostgresStore.from_url(url)
+    try:
+        session = await store.open_session(30, tenure.Owner("test", 1))
+        lose_answers(store, psycopg.OperationalError("server closed the connection"))
+        granted = await store.attempt(session, "again", None, enqueue=True)
+        assert isinstance(granted, tenure.stores._spi.Grant) and granted.token == 1
+        [info] = await store.locks("again")
+        assert info.token == 1 and info.waiters == 0
+    finally:
+        await store.aclose()
+
+
+async def test_a_grant_whose_answer_was_lost_is_released_by_its_request(
+    postgres: PostgresServer,
+) -> None:
+    """The grant committed but its answer never came: the store releases that grant (by the
+    request id it sent) at its next call, and nothing else the session holds."""
+    url, _ = fresh_url(postgres)
+    store = PostgresStore.from_url(url)
+    try:
+        session = await store.open_session(30, tenure.Owner("test", 1))
+        kept = await store.attempt(session, "kept", None, enqueue=False)
+        assert isinstance(kept, tenure.stores._spi.Grant)
+        lose_answers(store, psycopg.InterfaceError("the answer got lost"))
+        with pytest.raises(StoreUnavailable):
+            await store.attempt(session, "doubt", None, enqueue=False)
+        assert store._conn is None  # dropped: the next call reconnects, and cleans up first
+        assert [info.name for info in await store.locks()] == ["kept"]
+    finally:
+        await store.aclose()
 
 
 # -- waking -------------------------------------------------------------------------------

@@ -5,17 +5,24 @@
 - Expiry is judged by the server's clock: a session row carries ``expires timestamptz``, set and
   compared with ``clock_timestamp()``, never a client's wall clock. ``keep_alive`` is one UPDATE
   of that row, which renews every lock the session holds (a lock row names its session).
-- Every grant, release and queue change is one transaction that first locks the name's row in
-  ``tokens``, so they are serialised per name. That row is also the fencing counter: it is never
-  deleted, and its increment commits with the grant (rule 7), so tokens keep growing across
-  releases and server restarts. A grant that finds the holder's session expired locks that
-  session row first: a renewal racing with it either lands before (the holder lives) or fails.
-- Waiters queue in ``waiters`` in arrival order. A release hands the lock straight to the first
-  live waiter in its own transaction (its token is counted there) and ``NOTIFY``\\ s that
-  waiter's own channel, delivered on commit: one release wakes one waiter. Each store listens
-  on one dedicated connection; a waiter is live while its session is and while that listening
-  connection is (``pg_stat_activity``), so a dead process never holds up the queue. When no
-  notification comes, the waiter polls (``Busy.retry_in``: when the holder's lease would expire).
+- Every call is one statement, so one round trip, in autocommit (its own transaction): a grant
+  (``attempt``), a release, a leave and closing a session call server-side functions created
+  with the schema (version 2); each first locks the name's row in ``tokens``, so they are
+  serialised per name (why that holds inside one statement: see ``FUNCTIONS``). That row is
+  also the fencing counter: it is never deleted, and its increment commits with the grant
+  (rule 7), so tokens keep growing across releases and server restarts. A grant that finds the
+  holder's session expired locks that session row first: a renewal racing with it either lands
+  before (the holder lives) or fails. A grant renews the session it proves alive.
+- Waiters queue in ``waiters`` in arrival order. A release looks at the queue only when someone
+  is in it; then it hands the lock straight to the first live waiter in its own transaction
+  (its token is counted there) and ``NOTIFY``\\ s that waiter's own channel with the place and
+  token, delivered on commit: one release wakes one waiter, which checks with one read that
+  the lock is still its own and its session alive. Each store listens on one dedicated
+  connection; a waiter is live while its session is and while that listening connection is
+  (``pg_stat_activity``), so a dead process never holds up the queue. When no notification
+  comes, the waiter polls (``Busy.retry_in``: when the holder's lease would expire).
+- A grant carries a random request id, stored with the lock: sent again after a dead
+  connection it gets the same answer, and a grant whose answer never came is released by it.
 - psycopg's errors are translated here: ``StoreUnavailable`` (one line, password redacted).
   A broken connection is dropped and reopened by the next call; nothing is ever renewed on the
   client's behalf, so the session keeper's deadline governs.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,19 +57,216 @@ if TYPE_CHECKING:
     from psycopg.sql import Composed
 
 T = TypeVar("T")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: tables only, every call a multi-statement transaction. 2: adds ``locks.request`` and the
+server-side functions below; a version-1 schema is migrated in place (see ``_ensure_schema``)."""
 DEFAULT_SCHEMA = "tenure"
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection, unless the URL sets ``connect_timeout``."""
 CALL_TIMEOUT = 10.0
 """Seconds one store call may take before the store is reported unavailable."""
 RETRIES = 5
-"""Times a transaction is retried after a deadlock or serialization failure."""
+"""Times a call is retried after a deadlock or serialization failure."""
 SETUP_LOCK = 0x7465_6E75_7265  # 'tenure': one advisory lock serialises schema creation
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 OWN_PARAMS = ("schema",)
 
-SCHEMA = """
+# Why one call is one statement and still atomic and serialised: each function below runs
+# as one statement in autocommit, i.e. in a transaction of its own, so it commits or rolls
+# back as a whole. It is VOLATILE and plpgsql, and the connection is READ COMMITTED (set at
+# connect), so every statement inside it takes a fresh snapshot: after the first one has
+# locked the name's row in ``tokens`` (FOR UPDATE, waiting for whoever holds it to commit),
+# the following statements see everything that the previous holder of that row lock
+# committed. Every call that changes a name's lock or queue (attempt, release, leave,
+# close_session) locks that row first, so they are serialised per name exactly as the
+# multi-statement transactions of schema version 1 were. (A single CTE could not do this:
+# all its parts share the snapshot taken before it waited for the row lock.)
+FUNCTIONS = """
+-- Grant p_name to session p_id if free and nobody live is ahead of p_seq; else say who holds
+-- it and (re)queue. p_request: the caller's id for this grant, so a grant whose answer was lost
+-- can be found (repeated: the same answer) and released.
+CREATE OR REPLACE FUNCTION {s}.attempt(
+    p_id bigint, p_name text, p_seq bigint, p_channel text, p_listener integer,
+    p_request bigint,
+    OUT r_state text, OUT r_token bigint, OUT r_host text, OUT r_pid integer,
+    OUT r_label text, OUT r_expires float8, OUT r_queued bigint, OUT r_seq bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_held boolean;
+    v_session bigint;
+    v_waiter bigint;
+    v_request bigint;
+    v_head bigint;
+BEGIN
+    PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN  -- a new name: its counter starts at 0 and is never deleted
+        INSERT INTO {s}.tokens (name, last) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
+        PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
+    END IF;
+    SELECT l.token, l.session, l.waiter, l.request, s.host, s.pid, s.label,
+           extract(epoch FROM s.expires - clock_timestamp())::float8
+      INTO r_token, v_session, v_waiter, v_request, r_host, r_pid, r_label, r_expires
+      FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session WHERE l.name = p_name;
+    v_held := FOUND;
+    IF v_held AND r_expires <= 0 THEN
+        -- Looks expired: judge again with the holder's session row locked (FOR SHARE), so a
+        -- renewal racing with us either committed before (and counts) or waits, then fails.
+        SELECT l.token, l.session, l.waiter, l.request, s.host, s.pid, s.label,
+               extract(epoch FROM s.expires - clock_timestamp())::float8
+          INTO r_token, v_session, v_waiter, v_request, r_host, r_pid, r_label, r_expires
+          FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session WHERE l.name = p_name
+           FOR SHARE OF s;
+        v_held := FOUND;
+    END IF;
+    v_held := v_held AND r_expires > 0;
+    IF v_held AND v_session = p_id AND (v_waiter = p_seq OR v_request = p_request) THEN
+        -- Handed to us by a release (our session was renewed by its keeper, not by this call),
+        -- or granted by this very request before its answer was lost (renewed then).
+        r_state := CASE WHEN v_waiter = p_seq THEN 'handed' ELSE 'granted' END;
+        RETURN;
+    END IF;
+    IF NOT v_held THEN
+        IF EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name) THEN
+            SELECT w.seq INTO v_head FROM {s}.waiters w JOIN {s}.sessions s ON s.id = w.session
+             WHERE w.name = p_name AND s.expires > clock_timestamp()
+               AND w.listener IN (SELECT a.pid FROM pg_stat_activity a)
+             ORDER BY w.seq LIMIT 1;
+        END IF;
+        IF v_head IS NULL OR v_head = p_seq THEN
+            -- Renew the session (proving it alive by the server's clock), count the token,
+            -- take the lock (replacing a row left by an expired holder), leave the queue.
+            UPDATE {s}.sessions SET expires = clock_timestamp() + ttl * interval '1 second'
+             WHERE id = p_id AND expires > clock_timestamp();
+            IF NOT FOUND THEN
+                r_state := 'gone';
+                RETURN;
+            END IF;
+            UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO r_token;
+            INSERT INTO {s}.locks (name, token, session, waiter, request)
+                 VALUES (p_name, r_token, p_id, NULL, p_request)
+                 ON CONFLICT (name) DO UPDATE SET token = excluded.token,
+                    session = excluded.session, waiter = NULL, request = excluded.request;
+            IF p_seq IS NOT NULL THEN
+                DELETE FROM {s}.waiters WHERE seq = p_seq;
+            END IF;
+            r_state := 'granted';
+            r_host := NULL; r_pid := NULL; r_label := NULL; r_expires := NULL;
+            RETURN;
+        END IF;
+        -- Free, but a live waiter is ahead: no holder to show.
+        r_token := NULL; r_host := NULL; r_pid := NULL; r_label := NULL; r_expires := NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM {s}.sessions s
+                    WHERE s.id = p_id AND s.expires > clock_timestamp()) THEN
+        r_state := 'gone';
+        RETURN;
+    END IF;
+    IF v_held THEN
+        SELECT count(*) INTO r_queued FROM {s}.waiters w WHERE w.name = p_name;
+    END IF;
+    IF p_seq IS NOT NULL THEN
+        UPDATE {s}.waiters w SET listener = p_listener WHERE w.seq = p_seq RETURNING w.seq
+          INTO r_seq;
+        IF NOT FOUND THEN  -- our place was dropped (e.g. swept): queue again at the end
+            INSERT INTO {s}.waiters (name, session, channel, listener)
+                 VALUES (p_name, p_id, p_channel, p_listener) RETURNING seq INTO r_seq;
+        END IF;
+    ELSIF p_channel IS NOT NULL THEN
+        INSERT INTO {s}.waiters (name, session, channel, listener)
+             VALUES (p_name, p_id, p_channel, p_listener) RETURNING seq INTO r_seq;
+    END IF;
+    r_state := 'busy';
+END $$;
+
+-- With p_name's row in tokens locked by the caller, and the lock just freed: drop the dead
+-- waiters, grant the lock to the first live one (its token counted here) and NOTIFY that
+-- waiter alone, with 'seq token' (delivered on commit, so the grant it names is committed).
+CREATE OR REPLACE FUNCTION {s}.hand_over(p_name text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_seq bigint;
+    v_session bigint;
+    v_channel text;
+    v_token bigint;
+BEGIN
+    DELETE FROM {s}.waiters w WHERE w.name = p_name
+       AND (w.listener NOT IN (SELECT a.pid FROM pg_stat_activity a WHERE a.pid IS NOT NULL)
+            OR NOT EXISTS (SELECT 1 FROM {s}.sessions s
+                            WHERE s.id = w.session AND s.expires > clock_timestamp()));
+    DELETE FROM {s}.waiters w
+     WHERE w.seq = (SELECT min(x.seq) FROM {s}.waiters x WHERE x.name = p_name)
+    RETURNING w.seq, w.session, w.channel INTO v_seq, v_session, v_channel;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO v_token;
+    INSERT INTO {s}.locks (name, token, session, waiter, request)
+         VALUES (p_name, v_token, v_session, v_seq, NULL)
+         ON CONFLICT (name) DO UPDATE SET token = excluded.token, session = excluded.session,
+            waiter = excluded.waiter, request = NULL;
+    PERFORM pg_notify(v_channel, v_seq::text || ' ' || v_token::text);
+END $$;
+
+-- Delete p_name's lock if session p_id holds it with p_token (or, for a grant in doubt, by
+-- p_request); hand it over only when someone waits. Idempotent.
+CREATE OR REPLACE FUNCTION {s}.release(
+    p_id bigint, p_name text, p_token bigint, p_request bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {s}.locks l WHERE l.name = p_name AND l.session = p_id
+       AND (l.token = p_token OR l.request = p_request);
+    IF NOT FOUND THEN
+        RETURN false;  -- not ours (any more): nothing to release, nobody to wake
+    END IF;
+    IF EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name) THEN
+        PERFORM {s}.hand_over(p_name);
+    END IF;
+    RETURN true;
+END $$;
+
+-- Leave p_name's queue; a lock handed to us as we gave up is passed on. Idempotent.
+CREATE OR REPLACE FUNCTION {s}.leave(p_name text, p_seq bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
+    DELETE FROM {s}.waiters w WHERE w.seq = p_seq;
+    DELETE FROM {s}.locks l WHERE l.name = p_name AND l.waiter = p_seq;
+    IF FOUND THEN
+        PERFORM {s}.hand_over(p_name);
+    END IF;
+END $$;
+
+-- End session p_id: leave every queue, release every lock (handing each on), delete the row.
+CREATE OR REPLACE FUNCTION {s}.close_session(p_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_names text[];
+    v_name text;
+    v_first boolean := true;
+BEGIN
+    LOOP
+        SELECT array_agg(l.name ORDER BY l.name) INTO v_names
+          FROM {s}.locks l WHERE l.session = p_id;
+        IF v_names IS NOT NULL THEN  -- in name order, as every call locks at most one name
+            PERFORM 1 FROM {s}.tokens t WHERE t.name = ANY(v_names) ORDER BY t.name FOR UPDATE;
+        END IF;
+        IF v_first THEN  -- after this, no release can hand us another lock
+            DELETE FROM {s}.waiters w WHERE w.session = p_id;
+            v_first := false;
+        END IF;
+        EXIT WHEN v_names IS NULL;
+        FOR v_name IN DELETE FROM {s}.locks l WHERE l.session = p_id AND l.name = ANY(v_names)
+                      RETURNING l.name LOOP
+            PERFORM {s}.hand_over(v_name);
+        END LOOP;
+    END LOOP;
+    DELETE FROM {s}.sessions WHERE id = p_id;
+END $$;
+"""
+
+SCHEMA = (
+    """
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE IF NOT EXISTS {s}.sessions (
@@ -71,30 +276,30 @@ CREATE INDEX IF NOT EXISTS sessions_expires ON {s}.sessions (expires);
 CREATE TABLE IF NOT EXISTS {s}.tokens (name text PRIMARY KEY, last bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS {s}.locks (
     name text PRIMARY KEY, token bigint NOT NULL, session bigint NOT NULL, waiter bigint);
+ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS request bigint;
 CREATE INDEX IF NOT EXISTS locks_session ON {s}.locks (session);
 CREATE TABLE IF NOT EXISTS {s}.waiters (
     seq bigserial PRIMARY KEY, name text NOT NULL, session bigint NOT NULL,
     channel text NOT NULL, listener integer NOT NULL);
 CREATE INDEX IF NOT EXISTS waiters_name ON {s}.waiters (name, seq);
 CREATE INDEX IF NOT EXISTS waiters_session ON {s}.waiters (session);
-INSERT INTO {s}.meta (key, value) VALUES ('schema', '1') ON CONFLICT (key) DO NOTHING;
 """
-
-LIVE_WAITER = (
-    "s.expires > clock_timestamp()"
-    " AND w.listener IN (SELECT pid FROM pg_stat_activity)"  # its process still listens
+    + FUNCTIONS
+    + """
+INSERT INTO {s}.meta (key, value) VALUES ('schema', '2')
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+"""
 )
 
 QUERIES = {
     "version": "SELECT value FROM {s}.meta WHERE key = 'schema'",
-    "sweep": (
+    "has_meta": "SELECT to_regclass(%(meta)s) IS NOT NULL",
+    # Forget expired sessions (counters stay), and open ours.
+    "open": (
         "WITH dead AS (DELETE FROM {s}.sessions WHERE expires <= clock_timestamp() RETURNING id),"
         " w AS (DELETE FROM {s}.waiters WHERE session IN (SELECT id FROM dead)),"
         " l AS (DELETE FROM {s}.locks WHERE session IN (SELECT id FROM dead))"
-        " SELECT count(*) FROM dead"
-    ),
-    "open": (
-        "INSERT INTO {s}.sessions (expires, ttl, host, pid, label)"
+        " INSERT INTO {s}.sessions (expires, ttl, host, pid, label)"
         " VALUES (clock_timestamp() + %(ttl)s * interval '1 second',"
         " %(ttl)s, %(host)s, %(pid)s, %(label)s) RETURNING id"
     ),
@@ -102,82 +307,21 @@ QUERIES = {
         "UPDATE {s}.sessions SET expires = clock_timestamp() + ttl * interval '1 second'"
         " WHERE id = %(id)s AND expires > clock_timestamp()"
     ),
-    "alive": "SELECT 1 FROM {s}.sessions WHERE id = %(id)s AND expires > clock_timestamp()",
-    "lock_name": "SELECT last FROM {s}.tokens WHERE name = %(name)s FOR UPDATE",
-    "new_name": (
-        "INSERT INTO {s}.tokens (name, last) VALUES (%(name)s, 0) ON CONFLICT (name) DO NOTHING"
+    "attempt": (
+        "SELECT * FROM {s}.attempt(%(id)s::bigint, %(name)s::text, %(seq)s::bigint,"
+        " %(channel)s::text, %(listener)s::integer, %(request)s::bigint)"
     ),
-    "lock_names": (
-        "SELECT name FROM {s}.tokens WHERE name = ANY(%(names)s) ORDER BY name FOR UPDATE"
+    # A waiter told by NOTIFY that it was handed the lock: still ours, session alive?
+    "handed": (
+        "SELECT 1 FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
+        " WHERE l.name = %(name)s AND l.token = %(token)s AND l.session = %(id)s"
+        " AND l.waiter = %(seq)s AND s.expires > clock_timestamp()"
     ),
-    "holder": (
-        "SELECT l.token, l.session, l.waiter, s.host, s.pid, s.label,"
-        " extract(epoch FROM s.expires - clock_timestamp())::float8"
-        " FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
-        " WHERE l.name = %(name)s"
-    ),
-    # Before a holder is judged expired, its session row is locked (FOR SHARE): a renewal of
-    # it either committed before (and counts) or waits for us, and then finds it expired.
-    "holder_locked": (
-        "SELECT l.token, l.session, l.waiter, s.host, s.pid, s.label,"
-        " extract(epoch FROM s.expires - clock_timestamp())::float8"
-        " FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
-        " WHERE l.name = %(name)s FOR SHARE OF s"
-    ),
-    "queued": "SELECT count(*) FROM {s}.waiters WHERE name = %(name)s",
-    "head": (
-        "SELECT w.seq FROM {s}.waiters w JOIN {s}.sessions s ON s.id = w.session"
-        " WHERE w.name = %(name)s AND " + LIVE_WAITER + " ORDER BY w.seq LIMIT 1"
-    ),
-    # One statement: renew the session (proving it alive), count the token, take the lock
-    # (replacing a row left by an expired holder), leave the queue.
-    "grant": (
-        "WITH s AS (UPDATE {s}.sessions SET expires = clock_timestamp() + ttl * interval '1 second'"
-        " WHERE id = %(id)s AND expires > clock_timestamp() RETURNING id),"
-        " t AS (UPDATE {s}.tokens SET last = last + 1"
-        " WHERE name = %(name)s AND EXISTS (SELECT 1 FROM s) RETURNING last),"
-        " l AS (INSERT INTO {s}.locks (name, token, session, waiter)"
-        " SELECT %(name)s, last, %(id)s, NULL FROM t ON CONFLICT (name) DO UPDATE"
-        " SET token = excluded.token, session = excluded.session, waiter = NULL"
-        " RETURNING token),"
-        " q AS (DELETE FROM {s}.waiters WHERE seq = %(seq)s AND EXISTS (SELECT 1 FROM l))"
-        " SELECT token FROM l"
-    ),
-    "enqueue": (
-        "INSERT INTO {s}.waiters (name, session, channel, listener)"
-        " VALUES (%(name)s, %(id)s, %(channel)s, %(listener)s) RETURNING seq"
-    ),
-    "requeue": "UPDATE {s}.waiters SET listener = %(listener)s WHERE seq = %(seq)s RETURNING seq",
-    "dequeue": "DELETE FROM {s}.waiters WHERE seq = %(seq)s RETURNING seq",
-    "drop_dead_waiters": (
-        "DELETE FROM {s}.waiters w WHERE w.name = %(name)s AND NOT EXISTS"
-        " (SELECT 1 FROM {s}.sessions s WHERE s.id = w.session AND " + LIVE_WAITER + ")"
-    ),
-    "next_waiter": (
-        "SELECT w.seq, w.session, w.channel FROM {s}.waiters w"
-        " JOIN {s}.sessions s ON s.id = w.session"
-        " WHERE w.name = %(name)s AND " + LIVE_WAITER + " ORDER BY w.seq LIMIT 1"
-    ),
-    "hand_over": (
-        "WITH t AS (UPDATE {s}.tokens SET last = last + 1 WHERE name = %(name)s RETURNING last)"
-        " INSERT INTO {s}.locks (name, token, session, waiter)"
-        " SELECT %(name)s, last, %(session)s, %(seq)s FROM t ON CONFLICT (name) DO UPDATE"
-        " SET token = excluded.token, session = excluded.session, waiter = excluded.waiter"
-    ),
-    "notify": "SELECT pg_notify(%(channel)s, '')",
     "release": (
-        "DELETE FROM {s}.locks WHERE name = %(name)s AND token = %(token)s"
-        " AND session = %(id)s RETURNING name"
+        "SELECT {s}.release(%(id)s::bigint, %(name)s::text, %(token)s::bigint, %(request)s::bigint)"
     ),
-    "handed_back": (
-        "DELETE FROM {s}.locks WHERE name = %(name)s AND waiter = %(seq)s RETURNING name"
-    ),
-    "held_names": "SELECT name FROM {s}.locks WHERE session = %(id)s ORDER BY name",
-    "leave_all": "DELETE FROM {s}.waiters WHERE session = %(id)s",
-    "release_all": (
-        "DELETE FROM {s}.locks WHERE session = %(id)s AND name = ANY(%(names)s) RETURNING name"
-    ),
-    "close": "DELETE FROM {s}.sessions WHERE id = %(id)s",
+    "leave": "SELECT {s}.leave(%(name)s::text, %(seq)s::bigint)",
+    "close": "SELECT {s}.close_session(%(id)s::bigint)",
     "locks": (
         "SELECT l.name, l.token, s.host, s.pid, s.label,"
         " extract(epoch FROM s.expires - clock_timestamp())::float8,"
@@ -205,11 +349,9 @@ class Ticket:
     listener: int
     """Backend pid of the listening connection named in the queue row."""
     woken: bool = False
+    handed: int | None = None
+    """The token a release handed us, as its NOTIFY said (committed: NOTIFY comes on commit)."""
     event: anyio.Event = field(default_factory=anyio.Event, repr=False)
-
-
-class SessionGone(Exception):
-    pass
 
 
 def redact(url: str) -> str:
@@ -251,13 +393,16 @@ class PostgresStore(Store):
         self._listen_pid = 0
         self._listening: set[str] = set()  # channels LISTENed on the current connection
         self._tickets: dict[str, Ticket] = {}  # channel -> the ticket waiting on it
+        self._claimed: set[str] = set()  # channels picked by an attempt not yet returned
+        self._early: dict[str, str] = {}  # channel -> a payload that came before its ticket
         self._waiting: set[Ticket] = set()  # tickets inside wait()
         self._reader: Ticket | None = None  # the waiter reading notifications for all
         self._reading: anyio.CancelScope | None = None
         self._listen_pending = 0
-        self._owed: list[Callable[[AsyncConnection[Any]], Awaitable[None]]] = []
+        self._owed: list[Callable[[AsyncConnection[Any]], Awaitable[object]]] = []
         """Releases and leaves whose outcome is in doubt (the store went away): done again,
-        idempotently, in the next call's transaction, so no lock stays held by nobody."""
+        idempotently, one statement each, before the next call, so no lock stays held by
+        nobody."""
         self.notifications = 0
         """Notifications received (a release wakes one waiter: one notification)."""
 
@@ -321,8 +466,12 @@ class PostgresStore(Store):
         self._conn = None
         conn = await self._connect()
         try:
-            # A client paused inside a transaction must not hold a name's row for long.
-            await conn.execute("SET idle_in_transaction_session_timeout = 10000")
+            # Every call relies on READ COMMITTED (see FUNCTIONS), whatever the server's
+            # default; a client paused inside a transaction must not hold a name's row for long.
+            await conn.execute(
+                "SET default_transaction_isolation = 'read committed';"
+                " SET idle_in_transaction_session_timeout = 10000"
+            )
             await self._ensure_schema(conn)
         except BaseException:
             await conn.close()
@@ -331,19 +480,35 @@ class PostgresStore(Store):
         return conn
 
     async def _ensure_schema(self, conn: AsyncConnection[Any]) -> None:
+        """Create the schema, or migrate version 1 in place; refuse a newer version.
+
+        Version 1 -> 2 adds a nullable column and the functions, nothing else: a client of
+        version 1 still connected keeps working beside version 2 (same tables, same per-name
+        row lock; it ignores the NOTIFY payload), and a version-1 client connecting afterwards
+        is refused by its own version check.
+        """
         try:
-            row = await (await conn.execute(self._q["version"])).fetchone()
+            version = await self._version(conn)
         except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+            version = 0
+        if version < SCHEMA_VERSION:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-                await conn.execute(self._setup)
-            row = await (await conn.execute(self._q["version"])).fetchone()
-        version = int(row[0]) if row is not None else 0
+                meta = f"{self.schema}.meta"  # a valid identifier (checked): no quoting needed
+                has_meta = await self._one(conn, self._q["has_meta"], {"meta": meta})
+                version = await self._version(conn) if has_meta and has_meta[0] else 0
+                if version < SCHEMA_VERSION:
+                    await conn.execute(self._setup)
+            version = await self._version(conn)
         if version != SCHEMA_VERSION:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._shown}: schema {self.schema!r} has version {version},"
                 f" this tenure knows version {SCHEMA_VERSION}"
             )
+
+    async def _version(self, conn: AsyncConnection[Any]) -> int:
+        row = await (await conn.execute(self._q["version"])).fetchone()
+        return int(row[0]) if row is not None else 0
 
     async def _drop_command_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -351,15 +516,15 @@ class PostgresStore(Store):
             with anyio.CancelScope(shield=True):
                 await conn.close()
 
-    async def _run(
-        self, fn: Callable[[AsyncConnection[Any]], Awaitable[T]], *, single: bool = False
-    ) -> T:
-        """Run ``fn(conn)`` in one transaction on the command connection (reopened if needed).
+    async def _run(self, fn: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run ``fn(conn)`` on the command connection (reopened if needed).
 
-        ``single``: ``fn`` is one idempotent statement, run as it is (one round trip).
-        Deadlocks and serialization failures are retried; psycopg's errors come out as
-        ``StoreUnavailable``; a call that fails or is interrupted drops the connection, so the
-        next call starts from a fresh one in a known state.
+        ``fn`` is one statement, in autocommit: its own transaction, one round trip. Every one
+        is idempotent (a grant by its request id), so one that failed as a reused connection
+        turned out dead (e.g. the server restarted) is sent once more on a fresh one; deadlocks
+        and serialization failures (rolled back whole) are retried too. Owed cleanups go first.
+        psycopg's errors come out as ``StoreUnavailable``; a call that fails or is interrupted
+        drops the connection, so the next call starts from a fresh one in a known state.
         """
         async with self._lock:
             try:
@@ -368,34 +533,23 @@ class PostgresStore(Store):
                     conn = await self._command_connection()
                     retries = 0
                     while True:
-                        began = False
                         try:
-                            owed = list(self._owed)
-                            if single and not owed:
-                                return await fn(conn)  # its own transaction; safe to repeat
-                            async with conn.transaction():
-                                began = True
-                                for cleanup in owed:
-                                    await cleanup(conn)
-                                result = await fn(conn)
-                            del self._owed[: len(owed)]
-                            return result
+                            while self._owed:
+                                await self._owed[0](conn)
+                                del self._owed[0]
+                            return await fn(conn)
                         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                             if retries == RETRIES:
                                 raise
                             retries += 1
                             await anyio.sleep(0.001 * 2**retries)
                         except psycopg.OperationalError:
-                            if (began and not single) or not reused:
+                            if not reused:
                                 raise
-                            # An idle connection that died meanwhile (e.g. the server
-                            # restarted) fails at its first statement, BEGIN unless ``single``:
-                            # nothing was done, or nothing that harms if done twice. Once more
-                            # on a fresh one.
                             await self._drop_command_connection()
                             reused = False
                             conn = await self._command_connection()
-            except (SessionGone, StoreUnavailable):
+            except StoreUnavailable:
                 raise
             except (psycopg.Error, TimeoutError, OSError) as exc:
                 await self._drop_command_connection()
@@ -411,163 +565,112 @@ class PostgresStore(Store):
         cur = await conn.execute(query, params)
         return await cur.fetchone() if cur.description is not None else None
 
-    async def _lock_name(self, conn: AsyncConnection[Any], name: str) -> None:
-        """Lock ``name``'s counter row for this transaction (creating it at 0 if new)."""
-        if await self._one(conn, self._q["lock_name"], {"name": name}) is None:
-            await conn.execute(self._q["new_name"], {"name": name})
-            await conn.execute(self._q["lock_name"], {"name": name})
+    async def _fetch(
+        self, query: str, params: dict[str, Any], conn: AsyncConnection[Any]
+    ) -> tuple[Any, ...] | None:
+        return await self._one(conn, self._q[query], params)
 
     # -- sessions ------------------------------------------------------------------------
 
     async def open_session(self, ttl: float, owner: Owner) -> Session:
+        # Repeated after a dead connection, it would leave an empty session that expires.
         params = {"ttl": ttl, "host": owner.host, "pid": owner.pid, "label": owner.label}
-
-        async def tx(conn: AsyncConnection[Any]) -> int:
-            await conn.execute(self._q["sweep"])  # forget expired sessions (counters stay)
-            row = await self._one(conn, self._q["open"], params)
-            assert row is not None
-            return int(row[0])
-
-        return PostgresSession(await self._run(tx), ttl)
+        row = await self._run(partial(self._fetch, "open", params))
+        assert row is not None
+        return PostgresSession(int(row[0]), ttl)
 
     async def keep_alive(self, session: Session) -> bool:
         assert isinstance(session, PostgresSession)
 
-        async def tx(conn: AsyncConnection[Any]) -> bool:
+        async def renew(conn: AsyncConnection[Any]) -> bool:
             cur = await conn.execute(self._q["renew"], {"id": session.id})
             return cur.rowcount == 1
 
-        return await self._run(tx, single=True)
+        return await self._run(renew)
 
     async def close_session(self, session: Session) -> None:
         assert isinstance(session, PostgresSession)
-        q = self._q
-
-        async def tx(conn: AsyncConnection[Any]) -> None:
-            params: dict[str, Any] = {"id": session.id}
-            first = True
-            while True:
-                cur = await conn.execute(q["held_names"], params)
-                names = [row[0] for row in await cur.fetchall()]
-                if names:
-                    await conn.execute(q["lock_names"], {"names": names})  # in name order
-                if first:  # after this, no release can hand us another lock
-                    await conn.execute(q["leave_all"], params)
-                    first = False
-                if not names:
-                    break
-                cur = await conn.execute(q["release_all"], {**params, "names": names})
-                for (name,) in await cur.fetchall():
-                    await self._hand_over(conn, name)
-            await conn.execute(q["close"], params)
-
-        await self._run(tx)
+        await self._run(partial(self._fetch, "close", {"id": session.id}))
 
     # -- locks ---------------------------------------------------------------------------
 
     async def attempt(
         self, session: Session, name: str, ticket: object | None, enqueue: bool
     ) -> Grant | Busy:
+        """One round trip: the ``attempt`` function, or, for a waiter whose NOTIFY said it was
+        handed the lock, one read that the lock is still its own and its session alive."""
         assert isinstance(session, PostgresSession)
         assert ticket is None or isinstance(ticket, Ticket)
         mine = ticket
+        if mine is not None and mine.handed is not None:
+            token, mine.handed = mine.handed, None
+            params = {"id": session.id, "name": name, "token": token, "seq": mine.seq}
+            if await self._run(partial(self._fetch, "handed", params)) is not None:
+                self._tickets.pop(mine.channel, None)  # granted: the channel is spare again
+                return Grant(token=token, renewed_session=False)
+            # else: lost meanwhile (our session expired?): the full attempt says what now
         channel: str | None = None
         listener = 0
         if mine is not None:
             listener = await self._listen(mine.channel)  # again, if the listener reconnected
-
-        granting: int | None = None  # a token counted in a transaction not known committed
-
-        async def tx(conn: AsyncConnection[Any]) -> Grant | Busy:
-            nonlocal mine, granting
-            granting = None
-            q = self._q
-            params: dict[str, Any] = {"id": session.id, "name": name}
-            await self._lock_name(conn, name)
-            row = await self._one(conn, q["holder"], params)
-            if row is not None and row[6] <= 0:  # looks expired: make sure, under a lock
-                row = await self._one(conn, q["holder_locked"], params)
-            holder: LockInfo | None = None
-            if row is not None:
-                token, holder_session, waiter, host, pid, label, expires_in = row
-                if expires_in > 0:
-                    if mine is not None and holder_session == session.id and waiter == mine.seq:
-                        # Handed to us by a release. Our session was renewed by its keeper,
-                        # not by this grant: its deadline stands as it is.
-                        return Grant(token=int(token), renewed_session=False)
-                    queued = await self._one(conn, q["queued"], params)
-                    assert queued is not None
+        elif enqueue:
+            channel = self._spare_channel(listened_only=True)
+            if channel is not None:
+                self._claimed.add(channel)
+        request = secrets.randbits(63)
+        try:
+            while True:
+                if channel is not None:
+                    listener = await self._listen(channel)  # no round trip if listened already
+                params = {
+                    "id": session.id,
+                    "name": name,
+                    "seq": None if mine is None else mine.seq,
+                    "channel": mine.channel if mine is not None else channel,
+                    "listener": listener,
+                    "request": request,
+                }
+                try:
+                    row = await self._run(partial(self._fetch, "attempt", params))
+                except StoreUnavailable:
+                    # Granted or not, nobody would ever release it: release it by its request.
+                    self._owed.append(partial(self._release, session.id, name, None, request))
+                    raise
+                assert row is not None
+                state, token, host, pid, label, expires_in, queued, seq = row
+                if state == "gone":
+                    raise LeaseLost("the session expired")
+                if state != "busy":
+                    if ticket is not None:
+                        self._tickets.pop(ticket.channel, None)  # the channel is spare again
+                    return Grant(token=int(token), renewed_session=state == "granted")
+                holder = None
+                if token is not None:
                     holder = LockInfo(
-                        name, int(token), Owner(host, pid, label), expires_in, int(queued[0])
+                        name, int(token), Owner(host, pid, label), expires_in, int(queued)
                     )
-            if holder is None:
-                head = await self._one(conn, q["head"], params)
-                if head is None or (mine is not None and head[0] == mine.seq):
-                    seq = None if mine is None else mine.seq
-                    granted = await self._one(conn, q["grant"], {**params, "seq": seq})
-                    if granted is None:
-                        raise SessionGone
-                    granting = int(granted[0])
-                    return Grant(token=granting, renewed_session=True)
-            if await self._one(conn, q["alive"], params) is None:
-                raise SessionGone
-            if mine is not None:
-                kept = await self._one(conn, q["requeue"], {"seq": mine.seq, "listener": listener})
-                if kept is None:  # our place was dropped (e.g. swept): queue again at the end
-                    mine.seq = await self._enqueue(conn, params, mine.channel, listener)
-                mine.listener = listener
-            elif enqueue and channel is not None:
-                seq = await self._enqueue(conn, params, channel, listener)
-                mine = Ticket(name, seq, channel, listener)
-            retry = None if holder is None else max(0.0, holder.expires_in) + 0.001
-            return Busy(holder=holder, ticket=mine, retry_in=retry)
-
-        while True:
-            try:
-                outcome = await self._run(tx)
-            except SessionGone:
-                raise LeaseLost("the session expired") from None
-            except StoreUnavailable:
-                if granting is not None:  # committed or not, nobody will ever release it
-                    self._owed.append(partial(self._release, session.id, name, granting))
-                raise
-            if isinstance(outcome, Busy) and enqueue and mine is None and channel is None:
-                # Busy, and we will wait: listen on our channel before our queue row exists,
-                # so a queued row always has a listener; then try again.
-                channel = self._spare_channel()
-                listener = await self._listen(channel)
-                continue
-            break
-        if isinstance(outcome, Busy) and mine is not None:
+                if mine is not None:
+                    mine.seq, mine.listener = int(seq), listener
+                elif channel is not None:
+                    mine = Ticket(name, int(seq), channel, listener)
+                elif enqueue:
+                    # Busy, and we will wait: listen on a channel before our queue row exists,
+                    # so a queued row always has a listener; then try again.
+                    channel = self._spare_channel(listened_only=False)
+                    assert channel is not None
+                    self._claimed.add(channel)
+                    continue
+                break
+        finally:
+            if channel is not None:
+                self._claimed.discard(channel)
+        if mine is not None:
             self._tickets[mine.channel] = mine
-        elif ticket is not None:
-            self._tickets.pop(ticket.channel, None)  # granted: the channel is spare again
-        return outcome
-
-    async def _enqueue(
-        self, conn: AsyncConnection[Any], params: dict[str, Any], channel: str, listener: int
-    ) -> int:
-        row = await self._one(
-            conn, self._q["enqueue"], {**params, "channel": channel, "listener": listener}
-        )
-        assert row is not None
-        return int(row[0])
-
-    async def _hand_over(self, conn: AsyncConnection[Any], name: str) -> None:
-        """Inside a transaction that freed ``name`` (its row locked): grant it to the first live
-        waiter and notify that waiter alone (delivered when the transaction commits)."""
-        q = self._q
-        await conn.execute(q["drop_dead_waiters"], {"name": name})
-        while True:
-            row = await self._one(conn, q["next_waiter"], {"name": name})
-            if row is None:
-                return
-            seq, session, channel = row
-            if await self._one(conn, q["dequeue"], {"seq": seq}) is None:
-                continue  # it left meanwhile
-            await conn.execute(q["hand_over"], {"name": name, "session": session, "seq": seq})
-            await conn.execute(q["notify"], {"channel": channel})
-            return
+            early = self._early.pop(mine.channel, None)
+            if early is not None:  # its NOTIFY came before we got here
+                self._wake(mine, early)
+        retry = None if holder is None else max(0.0, holder.expires_in) + 0.001
+        return Busy(holder=holder, ticket=mine, retry_in=retry)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         """Sleep until our channel is notified, or ``timeout``.
@@ -622,15 +725,27 @@ class PostgresStore(Store):
         self.notifications += 1
         ticket = self._tickets.get(note.channel)
         if ticket is not None:
-            ticket.woken = True
-            ticket.event.set()
+            self._wake(ticket, note.payload)
+        elif note.channel in self._claimed:
+            self._early[note.channel] = note.payload  # its attempt has not returned yet
 
-    def _spare_channel(self) -> str:
-        """A channel already listened on and free, else a new one."""
-        for channel in self._listening:
-            if channel not in self._tickets:
-                return channel
-        return f"tenure_w_{uuid.uuid4().hex}"
+    @staticmethod
+    def _wake(ticket: Ticket, payload: str) -> None:
+        """``payload`` is 'seq token' of the hand-over: ours if the seq is our place."""
+        seq, _, token = payload.partition(" ")
+        if seq == str(ticket.seq) and token.isdigit():
+            ticket.handed = int(token)
+        ticket.woken = True
+        ticket.event.set()
+
+    def _spare_channel(self, *, listened_only: bool) -> str | None:
+        """A channel already listened on and free; else a new one (None if ``listened_only``)."""
+        conn = self._listen_conn
+        if conn is not None and not conn.closed:
+            for channel in self._listening:
+                if channel not in self._tickets and channel not in self._claimed:
+                    return channel
+        return None if listened_only else f"tenure_w_{uuid.uuid4().hex}"
 
     async def _listen(self, channel: str) -> int:
         """LISTEN on ``channel`` (connecting the listener if needed); its backend pid."""
@@ -678,42 +793,38 @@ class PostgresStore(Store):
 
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, Ticket)
-        q = self._q
-
-        async def tx(conn: AsyncConnection[Any]) -> None:
-            await self._lock_name(conn, ticket.name)
-            await conn.execute(q["dequeue"], {"seq": ticket.seq})
-            # A release may have handed us the lock as we gave up: pass it on.
-            params = {"name": ticket.name, "seq": ticket.seq}
-            if await self._one(conn, q["handed_back"], params) is not None:
-                await self._hand_over(conn, ticket.name)
-
+        # A release may have handed us the lock as we gave up: the function passes it on.
+        leave = partial(self._fetch, "leave", {"name": ticket.name, "seq": ticket.seq})
         try:
-            await self._run(tx)
+            await self._run(leave)
         except StoreUnavailable:
-            self._owed.append(tx)  # we may hold a lock handed to us: pass it on later
+            self._owed.append(leave)  # we may hold a lock handed to us: pass it on later
             raise
         finally:
             if self._tickets.get(ticket.channel) is ticket:
                 del self._tickets[ticket.channel]
+            self._early.pop(ticket.channel, None)
 
     async def release(self, session: Session, name: str, token: int) -> None:
         assert isinstance(session, PostgresSession)
-        tx = partial(self._release, session.id, name, token)
+        release = partial(self._release, session.id, name, token, None)
         try:
-            await self._run(tx)
+            await self._run(release)
         except StoreUnavailable:
-            self._owed.append(tx)  # free it as soon as the store answers again
+            self._owed.append(release)  # free it as soon as the store answers again
             raise
 
     async def _release(
-        self, session_id: int, name: str, token: int, conn: AsyncConnection[Any]
+        self,
+        session_id: int,
+        name: str,
+        token: int | None,
+        request: int | None,
+        conn: AsyncConnection[Any],
     ) -> None:
-        await self._lock_name(conn, name)
-        params = {"name": name, "token": token, "id": session_id}
-        if await self._one(conn, self._q["release"], params) is not None:
-            await self._hand_over(conn, name)
-        # else: not ours (any more): nothing to release, nobody to wake
+        """One statement; hands the lock on (with its NOTIFY) only when someone waits."""
+        params = {"id": session_id, "name": name, "token": token, "request": request}
+        await conn.execute(self._q["release"], params)
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         async def tx(conn: AsyncConnection[Any]) -> list[LockInfo]:
@@ -723,7 +834,7 @@ class PostgresStore(Store):
                 for row in await cur.fetchall()
             ]
 
-        return await self._run(tx, single=True)
+        return await self._run(tx)
 
     async def aclose(self) -> None:
         await self._drop_command_connection()
