@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 PROTO = "@@"  # prefix of protocol lines on a worker's stdout; anything else there is ignored
 
@@ -100,6 +100,39 @@ def cycle_result(total: list[int], acq: list[int], elapsed_ns: int, cpu_s: float
         "acquire_us": {k: v / 1e3 for k, v in summary(acq).items() if k != "n"},
         "release_us": {k: v / 1e3 for k, v in summary(rel).items() if k != "n"},
     }
+
+
+class ContendLock(Protocol):
+    timeouts: int
+
+    def acquire(self) -> None: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def contend_loop(lock: ContendLock, hold: float) -> dict[str, Any]:
+    """A contention worker: on the parent's go, ask, hold, release, ask again until the end.
+
+    Stamps (asked, got, about to release) on CLOCK_MONOTONIC: one clock for every process (Linux).
+    """
+    mono = time.monotonic
+    records: list[tuple[float, float, float]] = []
+    try:
+        emit("ready")
+        end = float(read_command().split()[1])
+        cpu0 = time.process_time()
+        while mono() < end:
+            asked = mono()
+            lock.acquire()
+            got = mono()
+            time.sleep(hold)
+            releasing = mono()
+            lock.release()
+            records.append((asked, got, releasing))
+        cpu = time.process_time() - cpu0
+    finally:
+        lock.close()
+    return {"records": records, "timeouts": lock.timeouts, "cpu_s": cpu}
 
 
 def cycle_loop(

@@ -42,6 +42,7 @@ from _common import (
     Child,
     analyse_contention,
     children,
+    contend_loop,
     cycle_loop,
     cycle_loop_async,
     die_with_parent,
@@ -282,27 +283,7 @@ def _cycle_async(workdir: Path, warmup: int, max_cycles: int, seconds: float) ->
 
 
 def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
-    lock = make_lock(cfg["variant"], Path(cfg["dir"]))
-    hold = float(cfg["hold_s"])
-    mono = time.monotonic  # CLOCK_MONOTONIC: one clock for every process on Linux
-    records: list[tuple[float, float, float]] = []  # (asked, got, about to release)
-    try:
-        emit("ready")
-        command = read_command()
-        end = float(command.split()[1])
-        cpu0 = time.process_time()
-        while mono() < end:
-            asked = mono()
-            lock.acquire()
-            got = mono()
-            time.sleep(hold)
-            releasing = mono()
-            lock.release()
-            records.append((asked, got, releasing))
-        cpu = time.process_time() - cpu0
-    finally:
-        lock.close()
-    return {"records": records, "timeouts": lock.timeouts, "cpu_s": cpu}
+    return contend_loop(make_lock(cfg["variant"], Path(cfg["dir"])), float(cfg["hold_s"]))
 
 
 def worker_idle(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from _common import (
     Child,
     analyse_contention,
     children,
+    contend_loop,
     cycle_loop,
     cycle_loop_async,
     die_with_parent,
@@ -571,24 +572,7 @@ def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
 
         result: dict[str, Any] = run_async(cfg, body)
         return result
-    lock = make_sync_lock(cfg["variant"], cfg)
-    try:
-        emit("ready")
-        command = read_command()
-        end = float(command.split()[1])
-        cpu0 = time.process_time()
-        while mono() < end:
-            asked = mono()
-            lock.acquire()
-            got = mono()
-            time.sleep(hold)
-            releasing = mono()
-            lock.release()
-            records.append((asked, got, releasing))
-        cpu = time.process_time() - cpu0
-    finally:
-        lock.close()
-    return {"records": records, "timeouts": lock.timeouts, "cpu_s": cpu}
+    return contend_loop(make_sync_lock(cfg["variant"], cfg), hold)
 
 
 def worker_failover(cfg: dict[str, Any]) -> dict[str, Any]:
