@@ -27,7 +27,7 @@ from ._clock import REAL_CLOCK, Clock
 from ._errors import LeaseLost, TenureError
 from ._lease import AsyncLease, LostCallback
 from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
-from ._names import check_name
+from ._names import check_label, check_name
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._url import open_store
@@ -35,6 +35,11 @@ from .stores._spi import LockInfo, Owner, Store
 
 T = TypeVar("T")
 DEFAULT_TTL = 30.0
+
+
+def _check_options(drift: float, margin: float, label: str) -> None:
+    Timing(DEFAULT_TTL, drift, margin)
+    check_label(label)
 
 
 class AsyncClient:
@@ -49,7 +54,7 @@ class AsyncClient:
         label: str = "",
         clock: Clock = REAL_CLOCK,
     ) -> None:
-        Timing(DEFAULT_TTL, drift, margin)  # validate drift and margin now
+        _check_options(drift, margin, label)
         self.store = store
         self.clock = clock
         self.drift = drift
@@ -155,6 +160,7 @@ async def connect_async(
     clock: Clock = REAL_CLOCK,
 ) -> AsyncIterator[AsyncClient]:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    _check_options(drift, margin, label)  # before the store is opened (or created)
     store = open_store(url)
     async with AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock) as client:
         yield client
@@ -323,9 +329,9 @@ async def _serve(
             ready.set_result((asyncio.get_running_loop(), client, closing))
             await closing.wait()
     except BaseException as exc:
-        if not ready.done():
-            ready.set_exception(exc)
-        raise
+        if ready.done():
+            raise
+        ready.set_exception(exc)  # the caller of connect() raises it
 
 
 def _stop(loop: asyncio.AbstractEventLoop, closing: anyio.Event, thread: threading.Thread) -> None:
@@ -345,5 +351,6 @@ def connect(
     clock: Clock = REAL_CLOCK,
 ) -> Client:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    _check_options(drift, margin, label)  # before the store is opened (or created)
     store = open_store(url)
     return Client(lambda: AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock))

@@ -22,3 +22,14 @@ def check_name(name: object) -> str:
     if name != name.strip():
         raise InvalidArgument(f"lock name must not start or end with whitespace: {name!r}")
     return name
+
+
+def check_label(label: object) -> str:
+    """A holder's label is shown to other people (``tenure ls``, waiters): printable, short."""
+    if not isinstance(label, str):
+        raise InvalidArgument(f"label must be a string, got {type(label).__name__}")
+    if not label.isprintable() or len(label.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise InvalidArgument(
+            f"label must be printable and at most {MAX_NAME_BYTES} bytes: {label[:40]!r}"
+        )
+    return label

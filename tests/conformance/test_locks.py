@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from contextlib import AsyncExitStack
+from typing import Any
 
 import anyio
 import pytest
@@ -307,3 +308,21 @@ async def test_body_errors_come_out_unwrapped(store_url: str) -> None:
             raise KeyError("body")
     async with tenure.connect_async(store_url) as client:  # and the lock was released
         (await client.acquire("err", ttl=5, wait=False)).check()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"label": "two\nlines"}, "label"),
+        ({"label": "x" * 300}, "label"),
+        ({"margin": -1}, "margin"),
+        ({"drift": 0.9}, "drift"),
+    ],
+)
+def test_bad_client_options_are_refused_before_the_store_is_touched(
+    store_url: str, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(tenure.InvalidArgument, match=message):
+        tenure.connect(store_url, **options)
+    if store_url.startswith("sqlite:///"):  # nothing was created
+        assert not os.path.exists(store_url.removeprefix("sqlite:///"))

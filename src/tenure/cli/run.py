@@ -21,6 +21,7 @@ import tenure
 
 from .._child import FORWARDED, CommandError, resolve_command, running
 from .._lock import check_arguments
+from .._names import check_label
 from ..stores._spi import LockInfo
 from . import (
     EXIT_BUSY,
@@ -96,8 +97,7 @@ def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, la
     check_arguments(name, ttl, timeout)
     if not math.isfinite(grace) or grace < 0:
         raise tenure.InvalidArgument(f"grace must be a finite number >= 0 seconds, got {grace!r}")
-    if not label.isprintable() or len(label.encode("utf-8", "surrogatepass")) > 255:
-        raise tenure.InvalidArgument(f"label must be printable and at most 255 bytes: {label!r}")
+    check_label(label)
 
 
 @click.command(
