@@ -89,6 +89,10 @@ class SessionKeeper:
                 log.info("tenure: renewal %d failed (%s); retrying", attempt, exc)
                 await anyio.sleep(self.state.retry_delay(attempt, self.clock.now()))
                 continue
+            except Exception as exc:  # a store's bug must still end in a loud, orderly loss
+                log.exception("tenure: renewal raised an unexpected error")
+                self.lose(f"renewal failed unexpectedly: {exc!r}")
+                return
             if not alive:
                 self.lose("the store says the session is gone")
             elif not self.state.confirm(t_sent, self.clock.now()):

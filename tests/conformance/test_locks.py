@@ -326,3 +326,16 @@ def test_bad_client_options_are_refused_before_the_store_is_touched(
         tenure.connect(store_url, **options)
     if store_url.startswith("sqlite:///"):  # nothing was created
         assert not os.path.exists(store_url.removeprefix("sqlite:///"))
+
+
+async def test_a_store_bug_in_renewal_is_a_loud_loss_not_a_crash(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as client:
+        with pytest.raises(LeaseLost):
+            async with client.lock("bug", ttl=1.5) as lease:
+                faulty.break_keep_alive = True
+                await anyio.sleep(5)  # cancelled at the next renewal (ttl/3), not at the end
+        assert "unexpectedly" in (lease.lost_reason or "")
+        faulty.break_keep_alive = False
+        async with client.lock("bug", ttl=1.5) as again:  # the client itself is still usable
+            assert again.token > lease.token

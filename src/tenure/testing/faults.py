@@ -6,6 +6,7 @@ async with tenure.AsyncClient(store) as client:
     store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
     store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
     store.drop_sessions = True       # the store answers that the session is gone: lost at once
+store.break_keep_alive = True    # renewals raise an unexpected error (a store bug): lost at once
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class FaultyStore(Store):
         self.hang_keep_alive = False
         self.fail_keep_alive = False
         self.drop_sessions = False
+        self.break_keep_alive = False
         self.keep_alive_calls = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
@@ -45,6 +47,8 @@ class FaultyStore(Store):
             await anyio.sleep_forever()
         if self.fail_keep_alive:
             raise StoreUnavailable("injected fault: keep-alive failed")
+        if self.break_keep_alive:
+            raise RuntimeError("injected fault: a bug in the store")
         if self.drop_sessions:
             return False
         return await self.inner.keep_alive(session)
