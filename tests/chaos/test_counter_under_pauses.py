@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 import tenure
+from tenure.testing.workloads import check_counter, make_counter
 
-from .checker import check_counter, make_counter
-
-WORKER = Path(__file__).with_name("counter_worker.py")
+WORKER = ["-m", "tenure.testing.workloads.counter"]
 WORKERS = 4
 TTL = 0.5
 SECONDS = 7.0
@@ -28,7 +27,7 @@ SECONDS = 7.0
 def run_workload(tmp_path: Path, mode: str, store: str) -> tuple[list[str], int, int]:
     resource = str(tmp_path / "resource.db")
     make_counter(resource)
-    argv = [sys.executable, str(WORKER), store, resource, mode, str(SECONDS), str(TTL)]
+    argv = [sys.executable, *WORKER, store, resource, mode, str(SECONDS), str(TTL)]
     outputs: list[str] = []
     procs: list[subprocess.Popen[str]] = []
 

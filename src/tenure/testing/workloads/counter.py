@@ -1,6 +1,6 @@
 """A worker of the counter workload: take the lock, read, wait, write value+1, release.
 
-    python counter_worker.py STORE_URL RESOURCE_DB fenced|unfenced SECONDS TTL
+python -m tenure.testing.workloads.counter STORE_URL RESOURCE_DB fenced|unfenced SECONDS TTL
 
 With ``fenced`` every access to the resource admits the lease's token first (reads too, so a
 newer holder's read shuts out an older holder's write); ``unfenced`` trusts the lock alone. The
