@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,3 +29,17 @@ def test_dev_cluster_serves_and_cleans_up(cli: Cli, kind: str) -> None:
     port = url.split("127.0.0.1:")[1].split("/")[0].split(",")[0]
     left = subprocess.run(["pgrep", "-f", f"127.0.0.1:{port}"], capture_output=True, text=True)
     assert left.stdout == "", f"server processes left behind: {left.stdout}"
+
+
+@pytest.mark.parametrize(
+    ("kind", "variable"), [("etcd", "TENURE_ETCD"), ("postgres", "TENURE_PG_BIN")]
+)
+def test_dev_cluster_without_the_server_binaries_is_one_line(
+    cli: Cli, kind: str, variable: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, variable: str(tmp_path / "missing"), "TMPDIR": str(tmp_path)}
+    done = cli("dev-cluster", kind, env=env)
+    assert done.returncode == 69
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and f"cannot start {kind}" in done.stderr
+    assert not list(tmp_path.glob("tenure-*")), "a failed start left files behind"

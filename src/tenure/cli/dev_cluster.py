@@ -14,6 +14,7 @@ import click
 
 from ..testing.etcd_cluster import EtcdCluster
 from ..testing.postgres_server import PostgresServer
+from . import EXIT_UNAVAILABLE, error, one_line
 
 
 @click.command(
@@ -34,7 +35,6 @@ def dev_cluster(kind: str, members: int) -> int:
     For trying tenure across processes: `export TENURE_STORE=<url>` in other shells. Not for
     production: no TLS, no authentication, data deleted on exit.
     """
-    server = EtcdCluster(members=members) if kind == "etcd" else PostgresServer()
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -42,13 +42,23 @@ def dev_cluster(kind: str, members: int) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_signal)
-    with server:  # starts it; stops and removes it at the end
-        if isinstance(server, EtcdCluster):
-            url = f"etcd://{','.join(server.endpoints)}"
-        else:
-            url = server.dsn
-        click.echo(url)
-        click.echo(f"tenure: {kind} is up; export TENURE_STORE={url} (Ctrl-C stops it)", err=True)
-        stop.wait()
+    try:
+        server = EtcdCluster(members=members) if kind == "etcd" else PostgresServer()
+        try:
+            server.start()
+            if isinstance(server, EtcdCluster):
+                url = f"etcd://{','.join(server.endpoints)}"
+            else:
+                url = server.dsn
+            click.echo(url)
+            click.echo(
+                f"tenure: {kind} is up; export TENURE_STORE={url} (Ctrl-C stops it)", err=True
+            )
+            stop.wait()
+        finally:
+            server.close()  # also after a failed start: nothing left running or on disk
+    except (RuntimeError, OSError) as exc:  # a missing binary, a server that would not start
+        error(f"cannot start {kind}: {one_line(str(exc))}")
+        return EXIT_UNAVAILABLE
     click.echo(f"tenure: {kind} stopped and removed", err=True)
     return 0
