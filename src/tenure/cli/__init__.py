@@ -19,6 +19,8 @@ from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureErro
 EXIT_OK = 0
 EXIT_NOT_HELD = 1
 """``tenure ls NAME``: the lock is not held."""
+EXIT_VIOLATION = 1
+"""``tenure chaos``: the checkers found at least one violation."""
 EXIT_USAGE = 2
 """Bad input: a bad option, TTL, timeout, lock name or store URL."""
 EXIT_UNAVAILABLE = 69
@@ -37,7 +39,7 @@ EXIT_SIGNAL_BASE = 128
 EXIT_CODES_HELP = """\b
 Exit codes:
   0-125    tenure run: the command's own exit code
-  1        tenure ls NAME: the lock is not held
+  1        tenure ls NAME: the lock is not held; tenure chaos: a violation was found
   2        bad input (option, TTL, timeout, lock name, store URL)
   69       the store is unavailable (cannot be opened, read or written)
   75       busy: not acquired (--no-wait, or --timeout passed)
@@ -66,6 +68,7 @@ class _Commands(click.Group):
         "ls": "ls",
         "demo": "demo",
         "dev-cluster": "dev_cluster",
+        "chaos": "chaos",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

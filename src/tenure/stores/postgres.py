@@ -357,6 +357,8 @@ class Ticket:
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (in the user info and in the query)."""
     parts = urlsplit(url)
+    if parts.password is None and "password=" not in parts.query:
+        return url  # nothing to hide: keep the URL exactly as given
     netloc = re.sub(r"^([^@/]*?):[^@/]*@", r"\1:***@", parts.netloc)
     query = "&".join(
         f"{key}=***" if key == "password" else f"{key}={value}"

@@ -110,6 +110,18 @@ class PostgresServer:
         self._kill_group()
         self.proc = None
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP to the postmaster and every backend): alive but silent."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
     def close(self) -> None:
         """Stop the server and remove its directory."""
         try:

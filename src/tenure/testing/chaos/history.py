@@ -1,0 +1,161 @@
+"""The record of a chaos run: what every worker and the nemesis did, and when.
+
+All times are ``time.monotonic()`` seconds read on the one host that runs the workers and the
+nemesis (CLOCK_MONOTONIC is shared by all processes of a host, so the events of different
+processes can be ordered). A worker whose *lease* clock is skewed on purpose still stamps its
+history with the host's clock.
+
+Each operation is an ``invoke`` event followed by its completion: ``ok`` (it happened), ``fail``
+(it certainly did not happen: refused, not acquired) or ``info`` (unknown: the process died or
+the answer was lost). One-off events (a lease loss noticed, a worker start) are ``info`` alone.
+
+Operations (``f``) of the workers:
+
+=========  =========================================================================================
+acquire    invoke: asks for ``value["name"]``; ok: ``token`` granted, ``value["deadline"]`` the
+           holder's own deadline converted to host time; fail: ``error`` says why.
+read       invoke with ``token``; ok: ``value`` read; fail: refused (``error="stale"``) or lost.
+write      invoke with ``token`` and ``value`` (counter: ``{"old": n, "new": n+1}``; set:
+           ``{"element": e}``; election log: ``{"term": t, "leader": id, "n": seq}``);
+           ok: accepted by the resource; fail: refused (``error="stale"``) or not attempted
+           because the lease was lost (``error="lost"``); info: unknown.
+release    invoke with ``token``; ok / fail.
+lost       info with ``token``: the worker noticed its lease was lost (callback time).
+start      info: the worker process started (``pid`` set).
+=========  =========================================================================================
+
+Faults are events of the process ``"nemesis"``: ``f`` is the fault's kind (``pause``, ``kill``,
+``partition``, ``lost-reply``, ``store-kill``, ``store-pause``, ``store-restart``, ``clock``…),
+``invoke`` when it begins and ``ok`` when it ends (``info`` for instant faults such as a kill),
+with ``value["target"]`` naming the worker (``"w3"``) or the store member (``"etcd-1"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+Phase = Literal["invoke", "ok", "fail", "info"]
+NEMESIS = "nemesis"
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    process: str
+    f: str
+    type: Phase
+    token: int | None = None
+    value: Any = None
+    error: str | None = None
+    pid: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_json(cls, line: str) -> Event:
+        return cls(**json.loads(line))
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """One write the protected resource accepted, in the resource's own commit order."""
+
+    seq: int
+    process: str
+    token: int
+    data: dict[str, Any]
+
+
+@dataclass
+class ResourceLog:
+    """What the protected resource holds at the end of a run.
+
+    ``workload`` names the shape of ``final``: ``counter`` (an int), ``set`` (a sorted list of
+    elements) or ``election`` (None: the log itself is the state).
+    """
+
+    workload: str
+    accepted: list[Accepted]
+    final: Any
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem a checker found. ``gated`` findings are violations (exit status 1); the
+    others are diagnostics, reported but expected under faults (e.g. a paused holder's stale
+    belief, which fencing makes harmless)."""
+
+    check: str
+    message: str
+    gated: bool = True
+    t: float | None = None
+    processes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Recorder:
+    """Appends one process's events to its own JSON-lines file, one ``write`` per event, so a
+    process killed at any instant leaves whole lines (at most its last line torn, which
+    `read_history` skips)."""
+
+    def __init__(self, path: Path | str, process: str) -> None:
+        self.process = process
+        self._lock = threading.Lock()  # a lease's loss callback records from the client's thread
+        self._file: TextIO = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    def record(self, f: str, type: Phase, **fields: Any) -> Event:
+        with self._lock:
+            event = Event(t=time.monotonic(), process=self.process, f=f, type=type, **fields)
+            self._file.write(event.to_json() + "\n")
+        return event
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_history(paths: Iterable[Path | str]) -> list[Event]:
+    """All events of the given files, in time order (a torn last line is skipped)."""
+    events: list[Event] = []
+    for path in paths:
+        events.extend(_read(Path(path)))
+    events.sort(key=lambda e: e.t)
+    return events
+
+
+def history_files(directory: Path | str) -> list[Path]:
+    return sorted(Path(directory).glob("*.jsonl"))
+
+
+def _read(path: Path) -> Iterator[Event]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            if not line.endswith("\n"):
+                break  # torn by a kill mid-write
+            try:
+                yield Event.from_json(line)
+            except (ValueError, TypeError):
+                continue
+
+
+def write_history(path: Path | str, events: Iterable[Event]) -> None:
+    """Write events to one file (for fixtures and saved runs)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as file:
+        for event in events:
+            file.write(event.to_json() + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,190 @@
+"""The nemesis: the faults a chaos run injects, each logged in the history with its time.
+
+One fault at a time, chosen by the run's seeded random generator from the scenario's list. A
+fault that lasts (a pause, a partition) is an ``invoke`` event when it begins and an ``ok`` when
+it ends; an instant one (a kill) is an ``info``. Faults aimed at "the holder" ask the store who
+holds the lock (through a direct, unproxied client) and fall back to a random worker.
+
+Kinds:
+
+==============  ===============================================================================
+pause           SIGSTOP the holder for 1–3 × TTL, then SIGCONT.
+kill            SIGKILL the holder, start a fresh worker in its place.
+kill-any        SIGKILL any worker at a random instant (often inside a transaction).
+stall           the holder's renewals hang for 1–3 × TTL while it keeps working: cut off from
+                the store but not from the resource (works on every store, SQLite included).
+partition       blackhole the holder's links to the store for 1–3 × TTL (the proxy holds the
+                connections open and drops every byte), then heal.
+lost-reply      a waiting worker's requests reach the store but the answers are dropped, for
+                0.5–1.5 × TTL.
+member-kill     SIGKILL the etcd leader (or the PostgreSQL server), restart it 1–2 × TTL later.
+member-pause    SIGSTOP the etcd leader (or the PostgreSQL server) for 1–3 × TTL.
+majority-loss   SIGKILL a majority of the etcd members for 2–3 × TTL, then restart them.
+store-restart   stop the PostgreSQL server (or all etcd members) cleanly and start it again.
+==============  ===============================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import tenure
+
+from .history import Recorder
+
+if TYPE_CHECKING:
+    from .runner import Run, WorkerProcess
+
+PROCESS_FAULTS = ("pause", "kill", "kill-any", "stall")
+LINK_FAULTS = ("partition", "lost-reply")
+STORE_FAULTS = ("member-kill", "member-pause", "majority-loss", "store-restart")
+FAULTS = PROCESS_FAULTS + LINK_FAULTS + STORE_FAULTS
+
+
+class Nemesis:
+    def __init__(self, run: Run, rng: random.Random, recorder: Recorder) -> None:
+        self.run = run
+        self.rng = rng
+        self.rec = recorder
+        self.ttl = run.ttl
+        self._observer: tenure.Client | None = None
+
+    # -- choosing a victim ----------------------------------------------------------------------
+
+    def holder(self) -> WorkerProcess:
+        """The worker holding the lock now, per the store; a random live worker if none."""
+        workers = self.run.workers
+        with contextlib.suppress(tenure.TenureError):
+            if self._observer is None:
+                self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
+            for info in self._observer.locks(self.run.lock):
+                for worker in workers:
+                    if info.owner.label == f"chaos {worker.name}":
+                        return worker
+        return self.rng.choice(workers)
+
+    def waiter(self) -> WorkerProcess:
+        holder = self.holder()
+        others = [w for w in self.run.workers if w is not holder]
+        return self.rng.choice(others or self.run.workers)
+
+    def span(self, low: float, high: float) -> float:
+        return self.rng.uniform(low, high) * self.ttl
+
+    # -- the faults ------------------------------------------------------------------------------
+
+    def inject(self, kind: str) -> None:
+        getattr(self, "fault_" + kind.replace("-", "_"))()
+
+    def lasting(
+        self,
+        kind: str,
+        target: str,
+        seconds: float,
+        begin: Callable[[], Any],
+        end: Callable[[], Any],
+        **value: Any,
+    ) -> None:
+        self.rec.record(kind, "invoke", value={"target": target, **value})
+        begin()
+        try:
+            time.sleep(seconds)
+        finally:
+            end()
+            self.rec.record(kind, "ok", value={"target": target})
+
+    def fault_pause(self) -> None:
+        worker = self.holder()
+        self.lasting(
+            "pause",
+            worker.name,
+            self.span(1, 3),
+            lambda: worker.signal(signal.SIGSTOP),
+            lambda: worker.signal(signal.SIGCONT),
+        )
+
+    def fault_kill(self) -> None:
+        self._kill(self.holder())
+
+    def fault_kill_any(self) -> None:
+        self._kill(self.rng.choice(self.run.workers))
+
+    def _kill(self, worker: WorkerProcess) -> None:
+        worker.kill()
+        self.rec.record("kill", "info", value={"target": worker.name})
+        worker.spawn()
+
+    def fault_stall(self) -> None:
+        worker = self.holder()
+        self.lasting(
+            "stall",
+            worker.name,
+            self.span(1, 3),
+            lambda: worker.signal(signal.SIGUSR1),
+            lambda: worker.signal(signal.SIGUSR2),
+        )
+
+    def fault_partition(self) -> None:
+        worker = self.holder()
+        self.lasting(
+            "partition",
+            worker.name,
+            self.span(1, 3),
+            lambda: worker.set_links("blackhole"),
+            lambda: worker.set_links("pass"),
+        )
+
+    def fault_lost_reply(self) -> None:
+        worker = self.waiter()
+        self.lasting(
+            "lost-reply",
+            worker.name,
+            self.span(0.5, 1.5),
+            lambda: worker.set_links("lose_responses"),
+            lambda: worker.set_links("pass"),
+        )
+
+    def fault_member_kill(self) -> None:
+        server = self.run.server()
+        member = server.leader()
+        self.rec.record("member-kill", "invoke", value={"target": member.name})
+        member.kill()
+        try:
+            time.sleep(self.span(1, 2))
+        finally:
+            member.start()
+            self.rec.record("member-kill", "ok", value={"target": member.name})
+
+    def fault_member_pause(self) -> None:
+        member = self.run.server().leader()
+        self.lasting("member-pause", member.name, self.span(1, 3), member.pause, member.resume)
+
+    def fault_majority_loss(self) -> None:
+        members = self.run.server().majority()
+        names = ",".join(m.name for m in members)
+        self.rec.record("majority-loss", "invoke", value={"target": names})
+        for member in members:
+            member.kill()
+        try:
+            time.sleep(self.span(2, 3))
+        finally:
+            for member in members:
+                member.start()
+            self.rec.record("majority-loss", "ok", value={"target": names})
+
+    def fault_store_restart(self) -> None:
+        server = self.run.server()
+        self.rec.record("store-restart", "invoke", value={"target": "store"})
+        try:
+            server.restart()
+        finally:
+            self.rec.record("store-restart", "ok", value={"target": "store"})
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.close()

@@ -1,0 +1,105 @@
+"""The protected resource of a chaos run: an SQLite file the workers write through (or around)
+the fence, which keeps its own log of every write it accepted.
+
+The resource lives on the host that runs the workers, whatever the store is: it stands for the
+database, bucket or service that a real lock protects. It holds one value (a counter, a set kept
+as one JSON document, or nothing for the election log) and the ``accepted`` table, written in the
+same transaction as each write, which the checkers read after the run.
+
+Fenced access admits the lease's token on *every* access, reads included, so that a newer
+holder's read shuts out an older holder's later write (the read-modify-write is then safe);
+unfenced access trusts the lock alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ...fence import SQLFence
+from .history import Accepted, ResourceLog
+
+RESOURCE = "resource"  # the fence's resource name
+WORKLOADS = ("counter", "set", "election")
+_EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
+
+
+def create_resource(path: Path | str, workload: str) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("INSERT INTO meta VALUES ('workload', ?)", (workload,))
+        db.execute("CREATE TABLE state (value TEXT)")
+        db.execute("INSERT INTO state VALUES (?)", (json.dumps(_EMPTY[workload]),))
+        db.execute(
+            "CREATE TABLE accepted (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " process TEXT NOT NULL, token INTEGER NOT NULL, data TEXT NOT NULL)"
+        )
+        SQLFence().ensure_table(db)
+    finally:
+        db.close()
+
+
+class Resource:
+    """One worker's connection to the resource."""
+
+    def __init__(self, path: Path | str, process: str, fenced: bool) -> None:
+        self.process = process
+        self.fenced = fenced
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=60)
+        self._fence = SQLFence()
+
+    @contextmanager
+    def _access(self, token: int) -> Iterator[sqlite3.Cursor]:
+        if self.fenced:
+            with self._fence.fenced(self._db, RESOURCE, token) as cur:
+                yield cur
+            return
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+
+    def read(self, token: int) -> Any:
+        """The current value (`StaleToken` if fenced and a newer token was seen)."""
+        with self._access(token) as cur:
+            (value,) = cur.execute("SELECT value FROM state").fetchone()
+        return json.loads(value)
+
+    def write(self, token: int, value: Any, data: dict[str, Any]) -> None:
+        """Replace the value and log the write, in one transaction (`StaleToken` if fenced and
+        refused: then nothing is written)."""
+        with self._access(token) as cur:
+            cur.execute("UPDATE state SET value = ?", (json.dumps(value),))
+            cur.execute(
+                "INSERT INTO accepted (process, token, data) VALUES (?, ?, ?)",
+                (self.process, token, json.dumps(data)),
+            )
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def read_resource(path: Path | str) -> ResourceLog:
+    db = sqlite3.connect(path)
+    try:
+        (workload,) = db.execute("SELECT value FROM meta WHERE key = 'workload'").fetchone()
+        (final,) = db.execute("SELECT value FROM state").fetchone()
+        rows = db.execute("SELECT seq, process, token, data FROM accepted ORDER BY seq").fetchall()
+    finally:
+        db.close()
+    accepted = [
+        Accepted(seq, process, token, json.loads(data)) for seq, process, token, data in rows
+    ]
+    value = json.loads(final)
+    return ResourceLog(workload, accepted, sorted(value) if workload == "set" else value)

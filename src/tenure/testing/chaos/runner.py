@@ -1,0 +1,238 @@
+"""One chaos run: start the workers (each behind its own proxies when links are to be cut), let
+the nemesis inject the scenario's faults, heal everything, wait for the workers, then check the
+history and the resource and write the report.
+
+Everything random comes from one seed, and the run ends at a fixed time: the same seed replays
+the same choices (the timing of real processes still varies from run to run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from ..._errors import InvalidArgument
+from ...stores.postgres import redact
+from ..proxy import ChaosProxy, Mode, ThreadedChaosProxy
+from . import checkers
+from .history import NEMESIS, Recorder, history_files, read_history, write_history
+from .nemesis import LINK_FAULTS, Nemesis
+from .report import Report, RunInfo, build_report
+from .resource import create_resource, read_resource
+from .scenarios import Scenario
+from .servers import ServerControl
+from .timeline import write_timeline
+
+DEFAULT_PORTS = {"etcd": 2379, "postgresql": 5432, "postgres": 5432}
+
+
+@dataclass
+class WorkerProcess:
+    """One worker slot (``w3``): its process (replaced after a kill) and its proxies."""
+
+    name: str
+    argv: list[str]
+    proxies: list[ThreadedChaosProxy] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def set_links(self, mode: Mode) -> None:
+        for proxy in self.proxies:
+            proxy.set_mode(mode)
+
+
+@dataclass
+class Run:
+    scenario: Scenario
+    store_url: str
+    out: Path
+    workers_count: int = 5
+    ttl: float = 1.0
+    seconds: float = 15.0
+    seed: int = 0
+    fenced: bool = True
+    workload: str = "counter"
+    clock_rate: float | None = None
+    control: ServerControl | None = None
+    lock: str = "chaos"
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def server(self) -> ServerControl:
+        if self.control is None:
+            raise InvalidArgument(f"scenario {self.scenario.name!r} needs a store it controls")
+        return self.control
+
+    def check_applicable(self) -> None:
+        needs, scheme = self.scenario.needs, urlsplit(self.store_url).scheme
+        if needs == "network" and scheme not in DEFAULT_PORTS:
+            raise InvalidArgument(
+                f"scenario {self.scenario.name!r} cuts network links: it needs a networked "
+                f"store (etcd, PostgreSQL), not {scheme!r}"
+            )
+        if needs in ("server", "etcd") and self.control is None:
+            raise InvalidArgument(
+                f"scenario {self.scenario.name!r} faults the store's servers: let the harness "
+                "start them (--cluster etcd:3 or --cluster postgres)"
+            )
+        if needs == "etcd" and scheme != "etcd":
+            raise InvalidArgument(f"scenario {self.scenario.name!r} needs an etcd cluster")
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    def execute(self) -> Report:
+        self.check_applicable()
+        self.out.mkdir(parents=True, exist_ok=True)
+        history_dir = self.out / "history"
+        history_dir.mkdir(exist_ok=True)
+        for old in history_files(history_dir):
+            old.unlink()
+        resource = self.out / "resource.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{resource}{suffix}").unlink(missing_ok=True)
+        create_resource(resource, self.workload)
+        rng = random.Random(self.seed)
+        started = time.monotonic()
+        until = started + self.seconds
+        recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
+        nemesis = Nemesis(self, rng, recorder)
+        notes: list[str] = []
+        try:
+            self._start_workers(resource, history_dir, until)
+            rate = self._clock_rate()
+            if rate != 1.0:
+                recorder.record("clock", "info", value={"target": "all workers", "rate": rate})
+            calm = max(2 * self.ttl, 1.0)  # the last faults heal well before the end
+            while time.monotonic() < until - calm - self.ttl * 3 and self.scenario.faults:
+                time.sleep(rng.uniform(*self.scenario.every))
+                nemesis.inject(rng.choice(self.scenario.faults))
+            self._heal()
+            notes += self._wait_workers(until + 3 * self.ttl + 20)
+        finally:
+            self._heal()
+            for worker in self.workers:
+                worker.kill()
+                for proxy in worker.proxies:
+                    proxy.close()
+            nemesis.close()
+            recorder.close()
+        ended = time.monotonic()
+        history = read_history(history_files(history_dir))
+        write_history(self.out / "history.jsonl", history)
+        log = read_resource(resource)
+        findings = checkers.check_all(history, log)
+        info = RunInfo(
+            scenario=self.scenario.name,
+            store=redact(self.store_url),
+            workload=self.workload,
+            fenced=self.fenced,
+            workers=self.workers_count,
+            ttl=self.ttl,
+            seed=self.seed,
+            seconds=self.seconds,
+            started=started,
+            ended=ended,
+            notes=notes,
+        )
+        report = build_report(info, history, findings, checkers.violations(findings))
+        write_timeline(self.out / "timeline.html", info, history, findings)
+        return report
+
+    def _clock_rate(self) -> float:
+        return self.scenario.clock_rate if self.clock_rate is None else self.clock_rate
+
+    def _start_workers(self, resource: Path, history_dir: Path, until: float) -> None:
+        proxied = any(f in LINK_FAULTS for f in self.scenario.faults)
+        for i in range(self.workers_count):
+            name = f"w{i}"
+            proxies = (
+                [
+                    ChaosProxy(host, port).start_in_thread()
+                    for host, port in endpoints(self.store_url)
+                ]
+                if proxied
+                else []
+            )
+            url = (
+                with_endpoints(self.store_url, [p.address for p in proxies])
+                if proxies
+                else (self.store_url)
+            )
+            argv = [
+                sys.executable, "-m", "tenure.testing.chaos.worker",
+                "--store", url, "--resource", str(resource), "--workload", self.workload,
+                "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
+                "--until", repr(until), "--lock", self.lock, "--ttl", repr(self.ttl),
+                "--think", repr(min(self.ttl, 1.0) / 2), "--seed", str(self.seed),
+                "--clock-rate", repr(self._clock_rate()),
+            ]  # fmt: skip
+            if not self.fenced:
+                argv.append("--unfenced")
+            worker = WorkerProcess(name, argv, proxies)
+            self.workers.append(worker)
+            worker.spawn()
+
+    def _heal(self) -> None:
+        for worker in self.workers:
+            worker.signal(signal.SIGCONT)
+            worker.signal(signal.SIGUSR2)
+            worker.set_links("pass")
+        if self.control is not None:
+            self.control.heal()
+
+    def _wait_workers(self, deadline: float) -> list[str]:
+        notes = []
+        for worker in self.workers:
+            assert worker.proc is not None
+            try:
+                code = worker.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                notes.append(f"{worker.name} did not finish in time and was killed")
+                continue
+            if code != 0:
+                notes.append(f"{worker.name} exited with status {code}")
+        return notes
+
+
+def endpoints(url: str) -> list[tuple[str, int]]:
+    """The host:port endpoints of a networked store URL."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    default = DEFAULT_PORTS.get(parts.scheme, 0)
+    found = []
+    for item in hosts.split(","):
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+        if not host:
+            raise InvalidArgument("cutting links needs host:port endpoints in the store URL")
+        found.append((host.strip("[]"), int(port) if port else default))
+    return found
+
+
+def with_endpoints(url: str, addresses: list[str]) -> str:
+    """``url`` with its endpoints replaced (the user info, path and query kept)."""
+    parts = urlsplit(url)
+    user, at, _ = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}{at}{','.join(addresses)}"))
+
+
+def new_seed() -> int:
+    return int.from_bytes(os.urandom(4), "big")

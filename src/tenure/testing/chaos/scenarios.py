@@ -1,0 +1,87 @@
+"""The named scenarios of ``tenure chaos``: which faults, how often, on which stores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    faults: tuple[str, ...] = ()
+    every: tuple[float, float] = (0.2, 0.6)
+    """Seconds of calm between two faults (drawn uniformly)."""
+    needs: str = "any"
+    """``any`` store; ``network`` (a TCP store: its links are proxied); ``server`` (a store
+    server the harness controls: ``--cluster``); ``etcd`` (an etcd cluster it controls)."""
+    clock_rate: float = 1.0
+    """The workers' lease clock rate (1 = true time; 0.5 = half as fast)."""
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario("smoke", "a healthy store under high contention with short TTLs: no faults"),
+        Scenario("pause", "the holder is paused (SIGSTOP) for 1-3 TTLs, then resumed", ("pause",)),
+        Scenario(
+            "partition",
+            "the holder is cut off from the store for 1-3 TTLs (blackholed links), then healed",
+            ("partition",),
+            needs="network",
+        ),
+        Scenario(
+            "lost-reply",
+            "a waiter's requests reach the store but the answers are dropped for a while",
+            ("lost-reply",),
+            needs="network",
+        ),
+        Scenario(
+            "stale-release",
+            "the holder is paused past its lease and releases after another took over",
+            ("pause",),
+            every=(0.1, 0.3),
+        ),
+        Scenario(
+            "kill-in-txn",
+            "workers are SIGKILLed at random instants, often inside a store transaction",
+            ("kill-any",),
+            every=(0.1, 0.4),
+        ),
+        Scenario(
+            "leader-kill",
+            "the etcd leader is killed during holds and restarted 1-2 TTLs later",
+            ("member-kill",),
+            every=(0.5, 1.5),
+            needs="etcd",
+        ),
+        Scenario(
+            "leader-pause",
+            "the etcd leader is paused (SIGSTOP) for 1-3 TTLs during holds",
+            ("member-pause",),
+            every=(0.5, 1.5),
+            needs="etcd",
+        ),
+        Scenario(
+            "majority-loss",
+            "a majority of etcd members is killed: grants stop (fail closed), then recover",
+            ("majority-loss",),
+            every=(1.0, 2.0),
+            needs="etcd",
+        ),
+        Scenario(
+            "store-restart",
+            "the store server is stopped and started again during holds",
+            ("store-restart",),
+            every=(1.0, 2.0),
+            needs="server",
+        ),
+        Scenario(
+            "clock-drift",
+            "every worker's lease clock runs at half speed (far beyond the drift bound) while "
+            "holders' renewals stall: they believe they hold after the store expired them",
+            ("stall",),
+            clock_rate=0.5,
+        ),
+    )
+}

@@ -1,0 +1,211 @@
+"""One worker process of a chaos run: take the lock, do the workload's step on the resource,
+release; again, until the run's end. Every operation goes into the worker's history file.
+
+``python -m tenure.testing.chaos.worker --store URL --resource PATH --workload counter
+--process w0 --history w0.jsonl --until T [--unfenced] [--ttl 1] [--seed 7] [--clock-rate 1]``
+
+``--until`` is a ``time.monotonic()`` instant of the host (shared by all its processes), so a
+worker restarted after a kill stops with the others. ``--clock-rate`` runs the worker's lease
+clock fast (> 1) or slow (< 1): a slow clock makes the holder believe its lease lasts longer
+than the store does — beyond the configured drift bound, only fencing keeps the resource safe.
+
+Workloads (the step done while holding the lock):
+
+counter   read the counter, think, write value+1.
+set       read the set, think, write it back with one new element.
+election  the holder leads for its term (the token): it appends (term, leader, n) entries to a
+          log every ttl/10 for 1–3 TTLs, then steps down.
+
+The worker does not call ``lease.check()`` before writing, on purpose: a check is always racy
+(a pause can fall between the check and the write), so the harness shows what the resource
+accepts when a holder acts on a stale belief.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+import tenure
+
+from ..._clock import REAL_CLOCK
+from ..._url import open_store
+from ..faults import FaultyStore
+from .history import Recorder
+from .resource import WORKLOADS, Resource
+
+
+class ScaledClock:
+    """The real clock running ``rate`` times as fast (a drifting client clock)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._base = REAL_CLOCK.now()
+
+    def now(self) -> float:
+        return self._base + (REAL_CLOCK.now() - self._base) * self.rate
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(f"{args.seed}:{args.process}:{os.getpid()}")
+        self.rec = Recorder(args.history, args.process)
+        self.resource = Resource(args.resource, args.process, fenced=not args.unfenced)
+        self.clock = ScaledClock(args.clock_rate)
+        # Wrapped so the nemesis can stall this worker's renewals (SIGUSR1, healed by SIGUSR2):
+        # a partition from the store that leaves the resource reachable, on any store.
+        self.store = FaultyStore(open_store(args.store))
+        label = f"chaos {args.process}"
+        store, clock = self.store, self.clock
+        self.client = tenure.Client(lambda: tenure.AsyncClient(store, label=label, clock=clock))
+        signal.signal(signal.SIGUSR1, lambda *_: self._stall(True))
+        signal.signal(signal.SIGUSR2, lambda *_: self._stall(False))
+        self.steps = 0
+
+    def _stall(self, on: bool) -> None:
+        self.store.hang_keep_alive = on
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def op(self, f: str, token: int, value: Any, action: Callable[[], Any]) -> Any:
+        """Run ``action`` as operation ``f``, recording invoke and outcome."""
+        self.rec.record(f, "invoke", token=token, value=value)
+        try:
+            result = action()
+        except tenure.StaleToken:
+            self.rec.record(f, "fail", token=token, error="stale")
+            raise
+        except Exception as exc:
+            self.rec.record(f, "info", token=token, error=_one_line(exc))
+            raise
+        self.rec.record(f, "ok", token=token, value=result if f == "read" else None)
+        return result
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.rec.record("start", "info", pid=os.getpid())
+        while time.monotonic() < self.args.until:
+            lease = self.acquire()
+            if lease is None:
+                continue
+            try:
+                getattr(self, f"step_{self.args.workload}")(lease)
+            except tenure.StaleToken:
+                pass  # recorded: the fence refused a stale holder
+            except Exception:
+                time.sleep(0.05)  # recorded as unknown; keep going
+            finally:
+                self.release(lease)
+        self.client.close()
+        self.rec.close()
+
+    def acquire(self) -> tenure.Lease | None:
+        name = self.args.lock
+        self.rec.record("acquire", "invoke", value={"name": name})
+        timeout = max(0.1, self.args.until - time.monotonic())
+        try:
+            lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
+        except tenure.NotAcquired:
+            self.rec.record("acquire", "fail", error="timeout")
+            return None
+        except tenure.TenureError as exc:  # store unavailable: the run's faults at work
+            self.rec.record("acquire", "fail", error=_one_line(exc))
+            time.sleep(min(self.args.ttl / 3, 0.5))
+            return None
+        deadline = time.monotonic() + lease.remaining() / self.clock.rate
+        self.rec.record(
+            "acquire", "ok", token=lease.token, value={"name": name, "deadline": deadline}
+        )
+        lease.on_lost(lambda lost: self._lost(lost))
+        return lease
+
+    def _lost(self, lease: tenure.Lease) -> None:
+        self.rec.record("lost", "info", token=lease.token, error=lease.lost_reason)
+
+    def release(self, lease: tenure.Lease) -> None:
+        self.rec.record("release", "invoke", token=lease.token)
+        try:
+            lease.release()
+        except tenure.TenureError as exc:
+            self.rec.record("release", "fail", token=lease.token, error=_one_line(exc))
+            return
+        self.rec.record("release", "ok", token=lease.token)
+
+    def think(self) -> None:
+        """The work between read and write: up to about the TTL, renewed meanwhile."""
+        time.sleep(self.rng.uniform(0.02, self.args.think))
+
+    # -- workloads ------------------------------------------------------------------------------
+
+    def step_counter(self, lease: tenure.Lease) -> None:
+        token = lease.token
+        value = self.op("read", token, None, lambda: self.resource.read(token))
+        self.think()
+        data = {"old": value, "new": value + 1}
+        self.op("write", token, data, lambda: self.resource.write(token, value + 1, data))
+
+    def step_set(self, lease: tenure.Lease) -> None:
+        token = lease.token
+        elements = self.op("read", token, None, lambda: self.resource.read(token))
+        self.think()
+        self.steps += 1
+        element = f"{self.args.process}.{os.getpid()}.{self.steps}"
+        data = {"element": element}
+        self.op(
+            "write", token, data, lambda: self.resource.write(token, [*elements, element], data)
+        )
+
+    def step_election(self, lease: tenure.Lease) -> None:
+        term = lease.token
+        until = time.monotonic() + self.rng.uniform(1, 3) * self.args.ttl
+        n = 0
+        while time.monotonic() < min(until, self.args.until):
+            self.append(term, {"term": term, "leader": self.args.process, "n": n})
+            n += 1
+            time.sleep(self.args.ttl / 10)
+
+
+    def append(self, term: int, data: dict[str, Any]) -> None:
+        self.op("write", term, data, lambda: self.resource.write(term, None, data))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tenure.testing.chaos.worker")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--resource", required=True)
+    parser.add_argument("--workload", choices=WORKLOADS, default="counter")
+    parser.add_argument("--process", required=True)
+    parser.add_argument("--history", required=True)
+    parser.add_argument("--until", type=float, required=True)
+    parser.add_argument("--lock", default="chaos")
+    parser.add_argument("--ttl", type=float, default=1.0)
+    parser.add_argument("--think", type=float, default=0.25)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--clock-rate", type=float, default=1.0)
+    parser.add_argument("--unfenced", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    Worker(parse(argv)).run()
+
+
+if __name__ == "__main__":
+    main()
