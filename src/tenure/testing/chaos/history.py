@@ -36,7 +36,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -100,6 +100,18 @@ class Finding:
     processes: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class LeaseWindow:
+    """The time a worker believed it held a lease, as far as its own history shows."""
+
+    name: str
+    process: str
+    token: int | None
+    start: float
+    end: float
+    ended_by: str  # release, lost, kill, restart, reacquire or end (of the run)
+
+
 class Recorder:
     """Appends one process's events to its own JSON-lines file, one ``write`` per event, so a
     process killed at any instant leaves whole lines (at most its last line torn, which
@@ -150,6 +162,56 @@ def _read(path: Path) -> Iterator[Event]:
                 yield Event.from_json(line)
             except (ValueError, TypeError):
                 continue
+
+
+def targets_of(event: Event) -> tuple[str, ...]:
+    """The workers or store members a nemesis event names in ``value["target"]``."""
+    target = event.value.get("target") if isinstance(event.value, dict) else None
+    if isinstance(target, str):
+        return (target,)
+    if isinstance(target, (list, tuple)):
+        return tuple(str(t) for t in target)
+    return ()
+
+
+def lease_windows(history: Sequence[Event], end: float | None = None) -> list[LeaseWindow]:
+    """The time each worker believed it held a lease: from each acquire ok to the first of its
+    release invoke, its loss noticed, a kill of the worker, its next start or grant, or ``end``
+    (default: the last event)."""
+    if end is None:
+        end = max((e.t for e in history), default=0.0)
+    windows: list[LeaseWindow] = []
+    held: dict[str, tuple[int | None, float, str]] = {}
+    asked: dict[str, str] = {}  # each process's lock, from its acquire invoke
+
+    def close(process: str, t: float, why: str, token: int | None = None) -> None:
+        if process in held and (token is None or held[process][0] in (None, token)):
+            tok, start, name = held.pop(process)
+            windows.append(LeaseWindow(name, process, tok, start, max(t, start), why))
+
+    for e in history:
+        if e.process == NEMESIS:
+            if e.f == "kill" and e.type in ("invoke", "info"):
+                for target in targets_of(e):
+                    close(target, e.t, "kill")
+        elif e.f == "acquire" and e.type == "invoke":
+            asked[e.process] = _name(e) or asked.get(e.process, "")
+        elif e.f == "acquire" and e.type == "ok":
+            close(e.process, e.t, "reacquire")
+            held[e.process] = (e.token, e.t, _name(e) or asked.get(e.process, ""))
+        elif e.f == "release" and e.type == "invoke":
+            close(e.process, e.t, "release", e.token)
+        elif e.f == "lost":
+            close(e.process, e.t, "lost", e.token)
+        elif e.f == "start":
+            close(e.process, e.t, "restart")
+    for process in list(held):
+        close(process, end, "end")
+    return sorted(windows, key=lambda w: w.start)
+
+
+def _name(event: Event) -> str:
+    return str(event.value.get("name", "")) if isinstance(event.value, dict) else ""
 
 
 def write_history(path: Path | str, events: Iterable[Event]) -> None:

@@ -125,8 +125,8 @@ class Nemesis:
             "stall",
             worker.name,
             self.span(1, 3),
-            lambda: worker.signal(signal.SIGUSR1),
-            lambda: worker.signal(signal.SIGUSR2),
+            lambda: worker.stall(True),
+            lambda: worker.stall(False),
         )
 
     def fault_partition(self) -> None:

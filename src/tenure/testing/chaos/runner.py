@@ -41,10 +41,19 @@ class WorkerProcess:
     name: str
     argv: list[str]
     proxies: list[ThreadedChaosProxy] = field(default_factory=list)
+    stall_file: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+
+    def stall(self, on: bool) -> None:
+        """Make the worker's renewals hang (or not): they do while its stall file exists."""
+        if self.stall_file is not None:
+            if on:
+                self.stall_file.touch()
+            else:
+                self.stall_file.unlink(missing_ok=True)
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -122,6 +131,7 @@ class Run:
             if rate != 1.0:
                 recorder.record("clock", "info", value={"target": "all workers", "rate": rate})
             calm = max(2 * self.ttl, 1.0)  # the last faults heal well before the end
+            time.sleep(min(1.0, self.seconds / 4))  # let the workers start and take turns first
             while time.monotonic() < until - calm - self.ttl * 3 and self.scenario.faults:
                 time.sleep(rng.uniform(*self.scenario.every))
                 nemesis.inject(rng.choice(self.scenario.faults))
@@ -182,19 +192,20 @@ class Run:
                 "--store", url, "--resource", str(resource), "--workload", self.workload,
                 "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
                 "--until", repr(until), "--lock", self.lock, "--ttl", repr(self.ttl),
-                "--think", repr(min(self.ttl, 1.0) / 2), "--seed", str(self.seed),
+                "--think", repr(self.ttl), "--seed", str(self.seed),
                 "--clock-rate", repr(self._clock_rate()),
+                "--stall-file", str(history_dir / f"{name}.stall"),
             ]  # fmt: skip
             if not self.fenced:
                 argv.append("--unfenced")
-            worker = WorkerProcess(name, argv, proxies)
+            worker = WorkerProcess(name, argv, proxies, history_dir / f"{name}.stall")
             self.workers.append(worker)
             worker.spawn()
 
     def _heal(self) -> None:
         for worker in self.workers:
             worker.signal(signal.SIGCONT)
-            worker.signal(signal.SIGUSR2)
+            worker.stall(False)
             worker.set_links("pass")
         if self.control is not None:
             self.control.heal()

@@ -13,8 +13,8 @@ Workloads (the step done while holding the lock):
 
 counter   read the counter, think, write value+1.
 set       read the set, think, write it back with one new element.
-election  the holder leads for its term (the token): it appends (term, leader, n) entries to a
-          log every ttl/10 for 1–3 TTLs, then steps down.
+election  the holder leads for its term (the token): it appends 5–15 (term, leader, n) entries
+          to a log, one every ttl/10, then steps down.
 
 The worker does not call ``lease.check()`` before writing, on purpose: a check is always racy
 (a pause can fall between the check and the write), so the harness shows what the resource
@@ -29,12 +29,14 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import tenure
 
 from ..._clock import REAL_CLOCK
 from ..._url import open_store
+from ...stores._spi import Store
 from ..faults import FaultyStore
 from .history import Recorder
 from .resource import WORKLOADS, Resource
@@ -51,6 +53,24 @@ class ScaledClock:
         return self._base + (REAL_CLOCK.now() - self._base) * self.rate
 
 
+class StallableStore(FaultyStore):
+    """The store, with renewals that hang while the stall file exists: the nemesis cuts the
+    worker off from the store (not from the resource) on any store, SQLite included. A file,
+    not a signal, so that a worker just starting cannot be killed by the switch."""
+
+    def __init__(self, inner: Store, stall_file: Path) -> None:
+        super().__init__(inner)
+        self.stall_file = stall_file
+
+    @property
+    def hang_keep_alive(self) -> bool:
+        return self.stall_file.exists()
+
+    @hang_keep_alive.setter
+    def hang_keep_alive(self, value: bool) -> None:
+        pass  # FaultyStore's own switch is not used here
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -58,18 +78,11 @@ class Worker:
         self.rec = Recorder(args.history, args.process)
         self.resource = Resource(args.resource, args.process, fenced=not args.unfenced)
         self.clock = ScaledClock(args.clock_rate)
-        # Wrapped so the nemesis can stall this worker's renewals (SIGUSR1, healed by SIGUSR2):
-        # a partition from the store that leaves the resource reachable, on any store.
-        self.store = FaultyStore(open_store(args.store))
+        self.store = StallableStore(open_store(args.store), Path(args.stall_file))
         label = f"chaos {args.process}"
         store, clock = self.store, self.clock
         self.client = tenure.Client(lambda: tenure.AsyncClient(store, label=label, clock=clock))
-        signal.signal(signal.SIGUSR1, lambda *_: self._stall(True))
-        signal.signal(signal.SIGUSR2, lambda *_: self._stall(False))
         self.steps = 0
-
-    def _stall(self, on: bool) -> None:
-        self.store.hang_keep_alive = on
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -163,14 +176,12 @@ class Worker:
         )
 
     def step_election(self, lease: tenure.Lease) -> None:
+        # A leader appends a set number of entries (not "until a time"), so one paused between
+        # two appends wakes up and appends again, as a real leader would.
         term = lease.token
-        until = time.monotonic() + self.rng.uniform(1, 3) * self.args.ttl
-        n = 0
-        while time.monotonic() < min(until, self.args.until):
+        for n in range(self.rng.randint(5, 15)):
             self.append(term, {"term": term, "leader": self.args.process, "n": n})
-            n += 1
             time.sleep(self.args.ttl / 10)
-
 
     def append(self, term: int, data: dict[str, Any]) -> None:
         self.op("write", term, data, lambda: self.resource.write(term, None, data))
@@ -195,6 +206,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock-rate", type=float, default=1.0)
     parser.add_argument("--unfenced", action="store_true")
+    parser.add_argument("--stall-file", default="/nonexistent/tenure-chaos-stall")
     return parser.parse_args(argv)
 
 

@@ -1,0 +1,34 @@
+"""``tenure chaos``, the fault-injection harness, as a library.
+
+A run starts N worker processes (`worker`) that take one lock and read-modify-write a protected
+resource (`resource`), lets a nemesis inject a scenario's faults (`nemesis`, `scenarios`),
+records every operation and fault with its time (`history`), and checks what the resource
+accepted (`checkers`); `report` and `timeline` show the result. ``tenure chaos --help`` runs it
+from the command line; tenure's own tests run it on every store.
+"""
+
+from .checkers import check_all, violations
+from .history import Accepted, Event, Finding, Recorder, ResourceLog, read_history
+from .report import Report, RunInfo, build_report
+from .runner import Run
+from .scenarios import SCENARIOS, Scenario
+from .servers import EtcdControl, PostgresControl
+
+__all__ = [
+    "SCENARIOS",
+    "Accepted",
+    "EtcdControl",
+    "Event",
+    "Finding",
+    "PostgresControl",
+    "Recorder",
+    "Report",
+    "ResourceLog",
+    "Run",
+    "RunInfo",
+    "Scenario",
+    "build_report",
+    "check_all",
+    "read_history",
+    "violations",
+]

@@ -1,0 +1,366 @@
+"""The checkers of a chaos run: they read the merged history and what the protected resource
+accepted, and name every broken promise of DESIGN.md.
+
+Safety is judged by the resource's own log (what it accepted, in its commit order), not by what
+the workers believed: a worker's belief that it holds a lock can be stale under faults, and fencing
+makes that harmless. So the gated checks (violations, exit status 1) read the resource log or the
+grants the store made; ``belief-overlap`` is a diagnostic only (``gated=False``).
+
+Each checker is a linear pass or a sort plus a sweep, since histories hold 10^4-10^5 events.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .history import NEMESIS, Accepted, Event, Finding, LeaseWindow, ResourceLog, lease_windows
+
+LOST_UPDATE = "lost-update"
+STALE_TOKEN = "stale-token"
+TOKEN_ORDER = "token-order"
+DUPLICATE_TOKEN = "duplicate-token"
+TWO_LEADERS = "two-leaders"
+TERM_REGRESSION = "term-regression"
+BELIEF_OVERLAP = "belief-overlap"
+
+CHECKS: dict[str, str] = {
+    LOST_UPDATE: "an acknowledged or accepted write is missing from the resource's final state",
+    STALE_TOKEN: "the resource accepted a token lower than one it had already accepted",
+    TOKEN_ORDER: "a grant got a lower token than a grant of the same lock that completed before it",
+    DUPLICATE_TOKEN: "the store granted the same token of one lock twice",
+    TWO_LEADERS: "one election term has log entries from two different leaders",
+    TERM_REGRESSION: "the election log accepted a term lower than an earlier one",
+    BELIEF_OVERLAP: "diagnostic: two workers believed they held one lock at the same time",
+}
+DIAGNOSTICS = frozenset({BELIEF_OVERLAP})
+GATED: tuple[str, ...] = tuple(name for name in CHECKS if name not in DIAGNOSTICS)
+
+
+def check_all(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
+    """Every checker that applies to the resource's workload."""
+    return [
+        *check_lost_updates(history, resource),
+        *check_stale_tokens(resource),
+        *check_token_order(history),
+        *check_one_leader_per_term(resource),
+        *check_belief_overlap(history),
+    ]
+
+
+def violations(findings: Iterable[Finding]) -> dict[str, int]:
+    """Gated findings counted by check; every gated check is present, so a report has every key."""
+    counts = dict.fromkeys(GATED, 0)
+    for finding in findings:
+        if finding.gated:
+            counts[finding.check] = counts.get(finding.check, 0) + 1
+    return counts
+
+
+# --- lost updates ---------------------------------------------------------------------------
+
+
+def check_lost_updates(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
+    """Writes that the resource accepted or acknowledged but its final state does not hold."""
+    if resource.workload == "counter":
+        return [
+            *_counter_overwrites(resource.accepted),
+            *_counter_unrecorded_acks(history, resource.accepted),
+            *_counter_final(resource),
+        ]
+    if resource.workload == "set":
+        return _set_lost_elements(history, resource)
+    if resource.workload == "election":
+        return []  # an append-only log: nothing to overwrite
+    raise ValueError(f"unknown workload {resource.workload!r}")
+
+
+def _counter_overwrites(accepted: Iterable[Accepted]) -> Iterator[Finding]:
+    """A write computed from a value other than the one the resource held overwrote updates."""
+    previous = 0
+    for write in accepted:
+        old, new = write.data["old"], write.data["new"]
+        if old != previous:
+            yield Finding(
+                LOST_UPDATE,
+                f"write #{write.seq} by {write.process} token {write.token} set {new} from a read"
+                f" of {old}, but the counter held {previous}: an update was overwritten",
+                processes=(write.process,),
+            )
+        previous = new
+
+
+def _counter_unrecorded_acks(
+    history: Iterable[Event], accepted: Iterable[Accepted]
+) -> Iterator[Finding]:
+    """A worker told its write succeeded must find it in the resource's log."""
+    recorded: Counter[tuple[str, int | None, Any]] = Counter(
+        (a.process, a.token, a.data["new"]) for a in accepted
+    )
+    for event in _acknowledged_writes(history, "new"):
+        key = (event.process, event.token, event.value["new"])
+        if recorded[key] > 0:
+            recorded[key] -= 1
+            continue
+        yield Finding(
+            LOST_UPDATE,
+            f"{event.process} token {event.token} was told its write"
+            f" {event.value.get('old')}->{event.value['new']} succeeded, but the resource has no"
+            " such write",
+            t=event.t,
+            processes=(event.process,),
+        )
+
+
+def _counter_final(resource: ResourceLog) -> Iterator[Finding]:
+    """Each accepted write adds one, so the final value counts them."""
+    if resource.final != len(resource.accepted):
+        yield Finding(
+            LOST_UPDATE,
+            f"final counter {resource.final} != {len(resource.accepted)} accepted writes",
+        )
+
+
+def _set_lost_elements(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
+    """An element acknowledged or accepted but absent from the final set was overwritten by an
+    unfenced read-modify-write of the whole set. Each element is reported once."""
+    final = set(resource.final)
+    reported: set[Any] = set()
+    findings: list[Finding] = []
+
+    def lost(element: Any, how: str, process: str, t: float | None) -> None:
+        if element in final or element in reported:
+            return
+        reported.add(element)
+        findings.append(
+            Finding(
+                LOST_UPDATE,
+                f"element {element!r} {how} is missing from the final set: an unfenced"
+                " read-modify-write overwrote it",
+                t=t,
+                processes=(process,),
+            )
+        )
+
+    for event in _acknowledged_writes(history, "element"):
+        how = f"(acknowledged to {event.process} token {event.token})"
+        lost(event.value["element"], how, event.process, event.t)
+    for write in resource.accepted:
+        how = f"(accepted as write #{write.seq} from {write.process} token {write.token})"
+        lost(write.data["element"], how, write.process, None)
+    return findings
+
+
+def _acknowledged_writes(history: Iterable[Event], key: str) -> Iterator[Event]:
+    for event in history:
+        value = event.value
+        if event.f == "write" and event.type == "ok" and isinstance(value, dict) and key in value:
+            yield event
+
+
+# --- tokens at the resource -----------------------------------------------------------------
+
+
+def check_stale_tokens(resource: ResourceLog) -> list[Finding]:
+    """The fence must refuse a token lower than one it already accepted (for an election log the
+    token is the term)."""
+    findings: list[Finding] = []
+    highest: Accepted | None = None
+    for write in resource.accepted:
+        if highest is not None and write.token < highest.token:
+            findings.append(
+                Finding(
+                    STALE_TOKEN,
+                    f"write #{write.seq} by {write.process} with token {write.token} accepted"
+                    f" after token {highest.token} (write #{highest.seq} by {highest.process})",
+                    processes=_unique(highest.process, write.process),
+                )
+            )
+        if highest is None or write.token > highest.token:
+            highest = write
+    return findings
+
+
+# --- tokens at the store --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Grant:
+    name: str
+    process: str
+    token: int
+    invoked: float  # -inf if the invoke is missing: concurrent with every earlier grant
+    granted: float
+
+
+def check_token_order(history: Sequence[Event]) -> list[Finding]:
+    """Per lock, tokens are unique and grow with real time: a grant that completed before another
+    was asked for has the lower token. Concurrent grants may come in either order."""
+    by_name: dict[str, list[_Grant]] = defaultdict(list)
+    for grant in _grants(history):
+        by_name[grant.name].append(grant)
+    findings: list[Finding] = []
+    for grants in by_name.values():
+        findings.extend(_duplicate_tokens(grants))
+        findings.extend(_order_violations(grants))
+    findings.sort(key=lambda f: f.t if f.t is not None else -math.inf)
+    return findings
+
+
+def _duplicate_tokens(grants: Sequence[_Grant]) -> Iterator[Finding]:
+    by_token: dict[int, list[_Grant]] = defaultdict(list)
+    for grant in grants:
+        by_token[grant.token].append(grant)
+    for token, same in by_token.items():
+        if len(same) > 1:
+            who = ", ".join(g.process for g in same)
+            yield Finding(
+                DUPLICATE_TOKEN,
+                f"lock {same[0].name!r} token {token} granted {len(same)} times: {who}",
+                t=same[1].granted,
+                processes=_unique(*(g.process for g in same)),
+            )
+
+
+def _order_violations(grants: Sequence[_Grant]) -> Iterator[Finding]:
+    """Sweep grants by invoke time, keeping the highest token among grants completed before it:
+    O(n log n), and each violating grant is reported once (against that highest token). An equal
+    token is left to the duplicate check."""
+    completed = sorted(grants, key=lambda g: g.granted)
+    done = 0
+    highest: _Grant | None = None
+    for grant in sorted(grants, key=lambda g: g.invoked):
+        while done < len(completed) and completed[done].granted < grant.invoked:
+            if highest is None or completed[done].token > highest.token:
+                highest = completed[done]
+            done += 1
+        if highest is not None and highest.token > grant.token:
+            yield Finding(
+                TOKEN_ORDER,
+                f"lock {grant.name!r}: {grant.process} got token {grant.token}, lower than token"
+                f" {highest.token} granted to {highest.process}"
+                f" {(grant.invoked - highest.granted) * 1000:.1f} ms before it asked",
+                t=grant.granted,
+                processes=_unique(highest.process, grant.process),
+            )
+
+
+def _grants(history: Iterable[Event]) -> Iterator[_Grant]:
+    return (grant for _, grant in _with_grants(history) if grant is not None)
+
+
+def _with_grants(history: Iterable[Event]) -> Iterator[tuple[Event, _Grant | None]]:
+    """Each event, with the grant it completes if it is an acquire ``ok`` (paired with its
+    process's latest acquire invoke, which carries the lock's name)."""
+    asking: dict[str, Event] = {}
+    for event in history:
+        grant = None
+        if event.f == "acquire" and event.process != NEMESIS:
+            if event.type == "invoke":
+                asking[event.process] = event
+            else:
+                invoke = asking.pop(event.process, None)
+                if event.type == "ok" and event.token is not None:
+                    grant = _Grant(
+                        name=_lock_name(invoke) or _lock_name(event),
+                        process=event.process,
+                        token=event.token,
+                        invoked=invoke.t if invoke is not None else -math.inf,
+                        granted=event.t,
+                    )
+        yield event, grant
+
+
+def _lock_name(event: Event | None) -> str:
+    if event is not None and isinstance(event.value, dict):
+        return str(event.value.get("name", ""))
+    return ""
+
+
+# --- elections ------------------------------------------------------------------------------
+
+
+def check_one_leader_per_term(resource: ResourceLog) -> list[Finding]:
+    """Never two leaders acting with valid terms: one leader per term, and terms never go back."""
+    if resource.workload != "election":
+        return []
+    return [*_two_leaders(resource.accepted), *_term_regressions(resource.accepted)]
+
+
+def _two_leaders(accepted: Sequence[Accepted]) -> Iterator[Finding]:
+    leaders: dict[Any, dict[Any, Accepted]] = defaultdict(dict)
+    for write in accepted:
+        leaders[write.data["term"]].setdefault(write.data["leader"], write)
+    for term, first in leaders.items():
+        if len(first) > 1:
+            who = ", ".join(
+                f"{leader} (first write #{w.seq} by {w.process})" for leader, w in first.items()
+            )
+            yield Finding(
+                TWO_LEADERS,
+                f"term {term} has writes from {len(first)} leaders: {who}",
+                processes=_unique(*(w.process for w in first.values())),
+            )
+
+
+def _term_regressions(accepted: Iterable[Accepted]) -> Iterator[Finding]:
+    highest: Accepted | None = None
+    for write in accepted:
+        term = write.data["term"]
+        if highest is not None and term < highest.data["term"]:
+            yield Finding(
+                TERM_REGRESSION,
+                f"write #{write.seq} by {write.process} in term {term} accepted after term"
+                f" {highest.data['term']} (write #{highest.seq} by {highest.process})",
+                processes=_unique(highest.process, write.process),
+            )
+        if highest is None or term > highest.data["term"]:
+            highest = write
+
+
+# --- beliefs (diagnostic) -------------------------------------------------------------------
+
+
+def check_belief_overlap(history: Sequence[Event]) -> list[Finding]:
+    """Times when two workers both believed they held one lock. Expected under pauses and
+    partitions (fencing makes it harmless), so not gated; it shows that the faults did bite."""
+    by_name: dict[str, list[LeaseWindow]] = defaultdict(list)
+    for window in lease_windows(history):
+        by_name[window.name].append(window)
+    findings = [f for windows in by_name.values() for f in _overlaps(windows)]
+    findings.sort(key=lambda f: f.t if f.t is not None else -math.inf)
+    return findings
+
+
+def _overlaps(windows: Sequence[LeaseWindow]) -> Iterator[Finding]:
+    """Sweep windows by start, keeping the open ones in a heap by end: each overlapping pair is met
+    once, when the later window starts."""
+    active: list[tuple[float, int, LeaseWindow]] = []
+    for index, window in enumerate(sorted(windows, key=lambda w: w.start)):
+        while active and active[0][0] <= window.start:
+            heapq.heappop(active)
+        for _, _, other in active:
+            if other.process != window.process:
+                overlap = min(other.end, window.end) - window.start
+                if overlap > 0:
+                    yield _overlap_finding(other, window, overlap)
+        heapq.heappush(active, (window.end, index, window))
+
+
+def _overlap_finding(first: LeaseWindow, second: LeaseWindow, overlap: float) -> Finding:
+    return Finding(
+        BELIEF_OVERLAP,
+        f"lock {first.name!r}: {first.process} (token {first.token}) still believed it held it"
+        f" when {second.process} got token {second.token}; both for {overlap * 1000:.1f} ms",
+        gated=False,
+        t=second.start,
+        processes=(first.process, second.process),
+    )
+
+
+def _unique(*processes: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(processes))

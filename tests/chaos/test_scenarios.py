@@ -1,0 +1,142 @@
+"""The chaos harness on every store: fenced runs under faults show no violation; the same runs
+unfenced show them (so the checkers are known to bite); a run without faults shows nothing.
+
+Short fixed-seed runs (the CI subset of ``tenure chaos``); each starts real worker processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tenure.testing.chaos import SCENARIOS, EtcdControl, PostgresControl, Report, Run
+from tenure.testing.etcd_cluster import EtcdCluster
+from tenure.testing.postgres_server import PostgresServer
+
+SECONDS = 7.0
+TTL = 0.5
+pytestmark = pytest.mark.timeout(120)
+
+
+def chaos(tmp_path: Path, scenario: str, url: str, **options: object) -> Report:
+    options = {"workers_count": 4, "ttl": TTL, "seconds": SECONDS, "seed": 7, **options}
+    report = Run(SCENARIOS[scenario], url, tmp_path / "run", **options).execute()  # type: ignore[arg-type]
+    assert report.grants > 5, "the workers must have made progress"
+    assert not report.info.notes, report.info.notes  # every worker ended on time
+    return report
+
+
+def faulted(report: Report, kind: str) -> None:
+    assert report.faults.get(kind, 0) >= 1, f"the nemesis must have injected {kind}"
+
+
+def assert_safe(report: Report) -> None:
+    assert report.passed, report.to_text()
+    assert sum(report.violations.values()) == 0
+
+
+# -- the embedded store -------------------------------------------------------------------------
+
+
+def test_no_faults_show_nothing(tmp_path: Path, sqlite_store_url: str) -> None:
+    report = chaos(tmp_path, "smoke", sqlite_store_url, workers_count=5)
+    assert report.findings == [], report.to_text()  # not even a diagnostic
+    assert report.faults == {}
+
+
+@pytest.mark.parametrize("workload", ["counter", "set", "election"])
+def test_pauses_fenced_are_safe(tmp_path: Path, sqlite_store_url: str, workload: str) -> None:
+    report = chaos(tmp_path, "pause", sqlite_store_url, workload=workload)
+    faulted(report, "pause")
+    assert_safe(report)
+    assert report.refused >= 1, "a resumed holder's stale write must have been refused"
+
+
+@pytest.mark.parametrize(
+    ("workload", "kind"),
+    [("counter", "lost-update"), ("set", "lost-update"), ("election", "term-regression")],
+)
+def test_pauses_unfenced_show_violations(
+    tmp_path: Path, sqlite_store_url: str, workload: str, kind: str
+) -> None:
+    """The positive control: the checkers see what pauses do without fencing."""
+    report = chaos(tmp_path, "pause", sqlite_store_url, workload=workload, fenced=False)
+    faulted(report, "pause")
+    assert not report.passed
+    assert report.violations[kind] >= 1, report.to_text()
+    assert report.violations["stale-token"] >= 1
+
+
+def test_kills_in_transactions_are_safe(tmp_path: Path, sqlite_store_url: str) -> None:
+    report = chaos(tmp_path, "kill-in-txn", sqlite_store_url)
+    faulted(report, "kill")
+    assert_safe(report)
+
+
+def test_clock_drift_beyond_the_bound(tmp_path: Path, sqlite_store_url: str) -> None:
+    """Slow lease clocks and stalled renewals: holders overstay (seen as overlapping beliefs),
+    and only the fence keeps the resource right."""
+    fenced = chaos(tmp_path / "fenced", "clock-drift", sqlite_store_url)
+    faulted(fenced, "stall")
+    assert_safe(fenced)
+    assert fenced.diagnostics.get("belief-overlap", 0) >= 1
+    assert fenced.refused >= 1
+
+
+def test_stale_release_is_safe(tmp_path: Path, sqlite_store_url: str) -> None:
+    report = chaos(tmp_path, "stale-release", sqlite_store_url)
+    faulted(report, "pause")
+    assert_safe(report)
+
+
+# -- etcd (the shared 3-member cluster) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["pause", "partition", "lost-reply"])
+def test_etcd_fenced_is_safe(tmp_path: Path, etcd_store_url: str, scenario: str) -> None:
+    report = chaos(tmp_path, scenario, etcd_store_url)
+    faulted(report, SCENARIOS[scenario].faults[0])
+    assert_safe(report)
+
+
+@pytest.mark.parametrize("scenario", ["leader-kill", "leader-pause"])
+def test_etcd_member_faults_fenced_are_safe(
+    tmp_path: Path, etcd_cluster: EtcdCluster, etcd_store_url: str, scenario: str
+) -> None:
+    control = EtcdControl(etcd_cluster)
+    try:
+        report = chaos(tmp_path, scenario, etcd_store_url, control=control, seconds=9.0)
+    finally:
+        etcd_cluster.healthy()
+    faulted(report, SCENARIOS[scenario].faults[0])
+    assert_safe(report)
+
+
+def test_etcd_unfenced_pauses_show_violations(tmp_path: Path, etcd_store_url: str) -> None:
+    """etcd's leases last whole seconds (at least 1 s), so the pauses here are 1-3 s long."""
+    report = chaos(tmp_path, "pause", etcd_store_url, fenced=False, ttl=1.0, seconds=10.0)
+    faulted(report, "pause")
+    assert report.violations["lost-update"] >= 1, report.to_text()
+
+
+# -- PostgreSQL (the shared server) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["pause", "partition"])
+def test_postgres_fenced_is_safe(tmp_path: Path, postgres_store_url: str, scenario: str) -> None:
+    report = chaos(tmp_path, scenario, postgres_store_url)
+    faulted(report, SCENARIOS[scenario].faults[0])
+    assert_safe(report)
+
+
+def test_postgres_restart_fenced_is_safe(
+    tmp_path: Path, postgres: PostgresServer, postgres_store_url: str
+) -> None:
+    control = PostgresControl(postgres)
+    try:
+        report = chaos(tmp_path, "store-restart", postgres_store_url, control=control)
+    finally:
+        postgres.start()
+    faulted(report, "store-restart")
+    assert_safe(report)

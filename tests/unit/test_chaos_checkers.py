@@ -1,0 +1,369 @@
+"""The chaos checkers against hand-built histories: each must stay quiet on a clean run and name
+exactly the planted violation, so a checker that always says "fine" fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tenure.testing.chaos.checkers import (
+    CHECKS,
+    GATED,
+    check_all,
+    check_belief_overlap,
+    check_lost_updates,
+    check_one_leader_per_term,
+    check_stale_tokens,
+    check_token_order,
+    violations,
+)
+from tenure.testing.chaos.history import NEMESIS, Accepted, Event, Finding, Phase, ResourceLog
+
+# --- builders -------------------------------------------------------------------------------
+
+
+def history(*groups: list[Event]) -> list[Event]:
+    """Merge per-operation event lists into one time-ordered history."""
+    return sorted((e for group in groups for e in group), key=lambda e: e.t)
+
+
+def grant(process: str, token: int, asked: float, granted: float, name: str = "L") -> list[Event]:
+    return [
+        Event(asked, process, "acquire", "invoke", value={"name": name}),
+        Event(granted, process, "acquire", "ok", token=token, value={"deadline": granted + 9}),
+    ]
+
+
+def op(t: float, process: str, f: str, token: int | None = None, **value: Any) -> list[Event]:
+    """A one-off event: a release invoke, a lost info, a start, a nemesis fault."""
+    phase: Phase = "invoke" if f == "release" else "info"
+    return [Event(t, process, f, phase, token=token, value=value or None)]
+
+
+def write_ok(t: float, process: str, token: int, **value: Any) -> list[Event]:
+    return [
+        Event(t, process, "write", "invoke", token=token, value=value),
+        Event(t + 0.01, process, "write", "ok", token=token, value=value),
+    ]
+
+
+def log(workload: str, writes: list[tuple[str, int, dict[str, Any]]], final: Any) -> ResourceLog:
+    accepted = [Accepted(seq, p, token, data) for seq, (p, token, data) in enumerate(writes, 1)]
+    return ResourceLog(workload, accepted, final)
+
+
+def counter(*writes: tuple[str, int, int], final: int | None = None) -> ResourceLog:
+    """Accepted counter writes as (process, token, old); each sets old+1."""
+    rows = [(p, token, {"old": old, "new": old + 1}) for p, token, old in writes]
+    return log("counter", rows, len(rows) if final is None else final)
+
+
+def checks(findings: list[Finding]) -> list[str]:
+    return [f.check for f in findings]
+
+
+# --- lost updates ---------------------------------------------------------------------------
+
+
+def test_counter_clean_run_has_no_lost_update() -> None:
+    runs = history(write_ok(1, "w1", 1, old=0, new=1), write_ok(2, "w2", 2, old=1, new=2))
+    assert check_lost_updates(runs, counter(("w1", 1, 0), ("w2", 2, 1))) == []
+
+
+def test_counter_overwrite_is_a_lost_update() -> None:
+    # Both read 0 (unfenced); the second write of 1 overwrote the first.
+    runs = history(write_ok(1, "w1", 1, old=0, new=1), write_ok(2, "w2", 2, old=0, new=1))
+    findings = check_lost_updates(runs, counter(("w1", 1, 0), ("w2", 2, 0), final=1))
+    assert checks(findings) == ["lost-update", "lost-update"]
+    assert "write #2 by w2 token 2 set 1 from a read of 0, but the counter held 1" in (
+        findings[0].message
+    )
+    assert findings[0].processes == ("w2",)
+    assert findings[1].message == "final counter 1 != 2 accepted writes"
+
+
+def test_acknowledged_write_missing_from_resource_is_a_lost_update() -> None:
+    runs = history(write_ok(1, "w1", 1, old=0, new=1), write_ok(2, "w3", 3, old=1, new=2))
+    [finding] = check_lost_updates(runs, counter(("w1", 1, 0)))
+    assert finding.check == "lost-update"
+    assert finding.message == (
+        "w3 token 3 was told its write 1->2 succeeded, but the resource has no such write"
+    )
+    assert finding.t == pytest.approx(2.01)
+    assert finding.processes == ("w3",)
+
+
+def test_final_value_differing_from_accepted_count_is_a_lost_update() -> None:
+    [finding] = check_lost_updates([], counter(("w1", 1, 0), ("w2", 2, 1), final=3))
+    assert finding.message == "final counter 3 != 2 accepted writes"
+
+
+def test_set_clean_run_has_no_lost_update() -> None:
+    runs = history(write_ok(1, "w1", 1, element="a"), write_ok(2, "w2", 2, element="b"))
+    resource = log("set", [("w1", 1, {"element": "a"}), ("w2", 2, {"element": "b"})], ["a", "b"])
+    assert check_lost_updates(runs, resource) == []
+
+
+def test_set_element_overwritten_is_a_lost_update() -> None:
+    runs = history(write_ok(1, "w1", 1, element="a"), write_ok(2, "w2", 2, element="b"))
+    resource = log("set", [("w1", 1, {"element": "a"}), ("w2", 2, {"element": "b"})], ["b"])
+    [finding] = check_lost_updates(runs, resource)
+    assert finding.check == "lost-update"
+    assert "element 'a' (acknowledged to w1 token 1) is missing from the final set" in (
+        finding.message
+    )
+    assert finding.processes == ("w1",)
+
+
+def test_election_has_no_lost_update_check() -> None:
+    resource = log("election", [("w1", 5, {"term": 5, "leader": "w1", "n": 1})], None)
+    assert check_lost_updates(history(write_ok(1, "w9", 9, old=0, new=1)), resource) == []
+
+
+def test_unknown_workload_is_refused_not_passed() -> None:
+    with pytest.raises(ValueError, match="unknown workload"):
+        check_lost_updates([], log("queue", [], None))
+
+
+# --- stale tokens ---------------------------------------------------------------------------
+
+
+def test_equal_and_growing_tokens_are_not_stale() -> None:
+    assert check_stale_tokens(counter(("w1", 1, 0), ("w1", 1, 1), ("w2", 4, 2))) == []
+
+
+def test_stale_token_accepted() -> None:
+    [finding] = check_stale_tokens(counter(("w1", 1, 0), ("w2", 2, 1), ("w1", 1, 2)))
+    assert finding.check == "stale-token"
+    assert finding.message == "write #3 by w1 with token 1 accepted after token 2 (write #2 by w2)"
+    assert finding.processes == ("w2", "w1")
+
+
+# --- token order ----------------------------------------------------------------------------
+
+
+def test_sequential_growing_tokens_are_in_order() -> None:
+    runs = history(grant("w1", 1, 0, 1), grant("w2", 2, 2, 3), grant("w1", 5, 4, 5))
+    assert check_token_order(runs) == []
+
+
+def test_duplicate_token() -> None:
+    runs = history(grant("w1", 5, 0, 1), grant("w2", 5, 2, 3))
+    [finding] = check_token_order(runs)
+    assert finding.check == "duplicate-token"
+    assert finding.message == "lock 'L' token 5 granted 2 times: w1, w2"
+    assert finding.processes == ("w1", "w2")
+
+
+def test_token_order_inverted() -> None:
+    runs = history(grant("w1", 7, 0, 1), grant("w2", 5, 2, 3))
+    [finding] = check_token_order(runs)
+    assert finding.check == "token-order"
+    assert finding.message == (
+        "lock 'L': w2 got token 5, lower than token 7 granted to w1 1000.0 ms before it asked"
+    )
+    assert finding.t == 3
+    assert finding.processes == ("w1", "w2")
+
+
+@pytest.mark.parametrize(("a", "b"), [(7, 5), (5, 7)])
+def test_concurrent_grants_may_come_in_either_order(a: int, b: int) -> None:
+    assert check_token_order(history(grant("w1", a, 0, 2), grant("w2", b, 1, 3))) == []
+
+
+def test_each_violating_grant_is_reported_once() -> None:
+    # Two higher grants precede w3's; w4 is also below the highest: one finding each.
+    runs = history(
+        grant("w1", 8, 0, 1), grant("w2", 9, 2, 3), grant("w3", 3, 4, 5), grant("w4", 4, 6, 7)
+    )
+    findings = check_token_order(runs)
+    assert checks(findings) == ["token-order", "token-order"]
+    assert [f.processes for f in findings] == [("w2", "w3"), ("w2", "w4")]
+
+
+def test_tokens_of_different_locks_are_independent() -> None:
+    runs = history(grant("w1", 9, 0, 1, name="x"), grant("w2", 1, 2, 3, name="y"))
+    assert check_token_order(runs) == []
+
+
+def test_grant_paired_with_its_own_process_invoke() -> None:
+    # w2 asked long before w1 finished; interleaved invokes must not be confused.
+    runs = history(grant("w2", 3, 0, 4), grant("w1", 7, 1, 2))
+    assert check_token_order(runs) == []
+
+
+# --- elections ------------------------------------------------------------------------------
+
+
+def election(*entries: tuple[str, int]) -> ResourceLog:
+    """Accepted election log entries as (leader, term); the leader is the writing process."""
+    rows = [(p, term, {"term": term, "leader": p, "n": n}) for n, (p, term) in enumerate(entries)]
+    return log("election", rows, None)
+
+
+def test_one_leader_per_growing_term_is_clean() -> None:
+    assert check_one_leader_per_term(election(("w1", 1), ("w1", 1), ("w2", 2), ("w3", 5))) == []
+
+
+def test_two_leaders_in_one_term() -> None:
+    [finding] = check_one_leader_per_term(election(("w1", 3), ("w2", 3), ("w1", 3)))
+    assert finding.check == "two-leaders"
+    assert finding.message == (
+        "term 3 has writes from 2 leaders: w1 (first write #1 by w1), w2 (first write #2 by w2)"
+    )
+    assert finding.processes == ("w1", "w2")
+
+
+def test_term_regression() -> None:
+    [finding] = check_one_leader_per_term(election(("w1", 1), ("w2", 2), ("w1", 1)))
+    assert finding.check == "term-regression"
+    assert finding.message == "write #3 by w1 in term 1 accepted after term 2 (write #2 by w2)"
+
+
+def test_leader_check_applies_to_elections_only() -> None:
+    assert check_one_leader_per_term(counter(("w1", 2, 0), ("w2", 1, 1))) == []
+
+
+# --- belief overlap -------------------------------------------------------------------------
+
+
+def test_overlapping_beliefs_are_one_diagnostic() -> None:
+    # w1 is paused past its lease: it notices the loss only at 1.8, w2 holds 1.0-1.5.
+    runs = history(
+        grant("w1", 1, 0, 0.1),
+        grant("w2", 2, 0.9, 1.0),
+        op(1.5, "w2", "release", token=2),
+        op(1.8, "w1", "lost", token=1),
+    )
+    [finding] = check_belief_overlap(runs)
+    assert finding.check == "belief-overlap"
+    assert finding.gated is False
+    assert finding.t == 1.0
+    assert finding.processes == ("w1", "w2")
+    assert "both for 500.0 ms" in finding.message and finding.t == 1.0
+
+
+@pytest.mark.parametrize(
+    "end_of_w1",
+    [
+        op(0.5, "w1", "release", token=1),
+        op(0.5, "w1", "lost", token=1),
+        op(0.5, NEMESIS, "kill", target="w1"),
+        op(0.5, "w1", "start"),
+    ],
+    ids=["release", "lost", "kill", "restart"],
+)
+def test_belief_ends_before_the_next_grant(end_of_w1: list[Event]) -> None:
+    w2 = [*grant("w2", 2, 0.9, 1.0), *op(2.0, "w2", "release", token=2)]
+    assert check_belief_overlap(history(grant("w1", 1, 0, 0.1), w2))  # bites without the end
+    runs = history(grant("w1", 1, 0, 0.1), end_of_w1, w2)
+    assert check_belief_overlap(runs) == []
+
+
+def test_belief_ends_only_by_its_own_token_or_process() -> None:
+    runs = history(
+        grant("w1", 1, 0, 0.1),
+        op(0.3, "w1", "release", token=99),  # another lease's release
+        op(0.4, NEMESIS, "kill", target="w3"),  # another worker killed
+        grant("w2", 2, 0.9, 1.0),
+        op(2.0, "w2", "release", token=2),  # w1's belief runs to the end of the history
+    )
+    [finding] = check_belief_overlap(runs)
+    assert "for 1000.0 ms" in finding.message and finding.t == 1.0
+    assert finding.processes == ("w1", "w2")
+
+
+def test_beliefs_on_different_locks_or_one_process_do_not_overlap() -> None:
+    runs = history(
+        grant("w1", 1, 0, 0.1, name="x"),
+        grant("w2", 1, 0, 0.2, name="y"),
+        grant("w1", 3, 0.3, 0.4, name="x"),  # w1 again, the first grant never released
+    )
+    assert check_belief_overlap(runs) == []
+
+
+# --- check_all and violations ---------------------------------------------------------------
+
+
+def test_violations_counts_gated_findings_with_every_key() -> None:
+    findings = [
+        Finding("stale-token", "a"),
+        Finding("stale-token", "b"),
+        Finding("token-order", "c"),
+        Finding("belief-overlap", "d", gated=False),
+    ]
+    counts = violations(findings)
+    assert counts == {name: 0 for name in GATED} | {"stale-token": 2, "token-order": 1}
+    assert "belief-overlap" not in counts
+    assert set(GATED) < set(CHECKS)
+
+
+def test_check_all_on_a_fenced_run_with_a_paused_holder() -> None:
+    # w1 paused past its lease; w2 took over and wrote; w1's late write was refused by the fence.
+    runs = history(
+        grant("w1", 1, 0, 0.1),
+        write_ok(0.2, "w1", 1, old=0, new=1),
+        grant("w2", 2, 0.9, 1.0),
+        write_ok(1.1, "w2", 2, old=1, new=2),
+        op(1.5, "w2", "release", token=2),
+        op(1.8, "w1", "lost", token=1),
+    )
+    findings = check_all(runs, counter(("w1", 1, 0), ("w2", 2, 1)))
+    assert checks(findings) == ["belief-overlap"]
+    assert all(count == 0 for count in violations(findings).values())
+
+
+def test_check_all_on_an_unfenced_run_bites() -> None:
+    runs = history(grant("w1", 1, 0, 0.1), grant("w2", 2, 0.9, 1.0))
+    findings = check_all(runs, counter(("w2", 2, 0), ("w1", 1, 0), final=1))
+    assert violations(findings)["lost-update"] == 2
+    assert violations(findings)["stale-token"] == 1
+
+
+# --- property: token order ------------------------------------------------------------------
+
+# Sequential grants: (process, ask delay after the previous grant, time to grant, token step).
+sequential = st.lists(
+    st.tuples(
+        st.sampled_from(["w1", "w2", "w3"]),
+        st.floats(min_value=0.001, max_value=5),
+        st.floats(min_value=0, max_value=5),
+        st.integers(min_value=1, max_value=1000),
+    ),
+    min_size=2,
+    max_size=40,
+)
+Grant = tuple[str, int, float, float]  # grant()'s arguments: process, token, asked, granted
+
+
+def one_after_another(rows: list[tuple[str, float, float, int]]) -> list[Grant]:
+    """Each grant asked strictly after the previous one completed, with a higher token."""
+    t, token, grants = 0.0, 0, []
+    for process, delay, duration, step in rows:
+        asked, token = t + delay, token + step
+        t = asked + duration
+        grants.append((process, token, asked, t))
+    return grants
+
+
+@given(sequential)
+def test_sequential_growing_tokens_never_flagged(rows: list[tuple[str, float, float, int]]) -> None:
+    grants = one_after_another(rows)
+    assert check_token_order(history(*(grant(*g) for g in grants))) == []
+
+
+@given(sequential, st.data())
+def test_swapped_tokens_of_sequential_grants_flagged(
+    rows: list[tuple[str, float, float, int]], data: st.DataObject
+) -> None:
+    grants = one_after_another(rows)
+    i = data.draw(st.integers(0, len(grants) - 2))
+    j = data.draw(st.integers(i + 1, len(grants) - 1))
+    (p, a, asked_a, got_a), (q, b, asked_b, got_b) = grants[i], grants[j]
+    grants[i], grants[j] = (p, b, asked_a, got_a), (q, a, asked_b, got_b)
+    findings = check_token_order(history(*(grant(*g) for g in grants)))
+    assert findings and set(checks(findings)) == {"token-order"}
+    assert got_b in [f.t for f in findings]  # the later grant, now with the lower token
