@@ -8,12 +8,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
 from .._errors import InvalidArgument
+from ..testing.chaos.report import Report
 from ..testing.chaos.resource import WORKLOADS
-from ..testing.chaos.runner import Run, new_seed
+from ..testing.chaos.runner import Run, check_applicable, new_seed
 from ..testing.chaos.scenarios import SCENARIOS
 from ..testing.chaos.servers import EtcdControl, PostgresControl, ServerControl
 from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
@@ -22,10 +24,10 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--scenario",
+    "scenarios",
     type=click.Choice(list(SCENARIOS)),
-    default="pause",
-    show_default=True,
-    help="Which faults to inject (--list describes them).",
+    multiple=True,
+    help="Which faults to inject; repeat to run several (default: pause; --list describes them).",
 )
 @store_option
 @click.option(
@@ -42,6 +44,10 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
     help="How long the workers run.",
 )  # fmt: skip
 @click.option("--seed", type=click.IntRange(0), default=None, help="Replay a run's choices.")
+@click.option(
+    "--runs", type=click.IntRange(1, 1000), default=1, show_default=True,
+    help="Runs per scenario (seeds SEED, SEED+1, …).",
+)  # fmt: skip
 @click.option(
     "--unfenced",
     is_flag=True,
@@ -60,7 +66,7 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 def chaos(
-    scenario: str,
+    scenarios: tuple[str, ...],
     store: str | None,
     cluster: str | None,
     workload: str,
@@ -68,13 +74,14 @@ def chaos(
     ttl: float,
     seconds: float,
     seed: int | None,
+    runs: int,
     unfenced: bool,
     clock_rate: float | None,
     out: Path | None,
     as_json: bool,
     list_only: bool,
 ) -> int:
-    """Run a fault-injection SCENARIO and check the resource for violations.
+    """Run fault-injection scenarios and check the protected resource for violations.
 
     Workers take one lock and read-modify-write a resource through the fence while the nemesis
     pauses, kills or cuts them off (or faults the store's servers). The checkers then look for
@@ -86,25 +93,54 @@ def chaos(
         return 0
     if store and cluster:
         raise InvalidArgument("give --store or --cluster, not both")
+    cluster = cluster or ("" if store else "sqlite")
+    scheme = _scheme(store, cluster)
+    for name in scenarios:  # before anything is started or written
+        check_applicable(SCENARIOS[name], scheme, controlled=scheme != "sqlite" and not store)
     seed = new_seed() if seed is None else seed
     out = out or Path(tempfile.mkdtemp(prefix="tenure-chaos-"))
+    plan = [(name, seed + i) for name in scenarios or ("pause",) for i in range(runs)]
+    reports: list[Report] = []
     try:
-        with _store(store, cluster or ("" if store else "sqlite"), out) as (url, control):
-            report = Run(
-                SCENARIOS[scenario], url, out, workers_count=workers, ttl=ttl, seconds=seconds,
-                seed=seed, fenced=not unfenced, workload=workload, clock_rate=clock_rate,
-                control=control,
-            ).execute()  # fmt: skip
+        with _store(store, cluster, out) as (url, control):
+            for name, run_seed in plan:
+                run_dir = out if len(plan) == 1 else out / f"{name}-{run_seed}"
+                report = Run(
+                    SCENARIOS[name], url, run_dir, workers_count=workers, ttl=ttl,
+                    seconds=seconds, seed=run_seed, fenced=not unfenced, workload=workload,
+                    clock_rate=clock_rate, control=control,
+                ).execute()  # fmt: skip
+                (run_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+                reports.append(report)
+                if not as_json:
+                    click.echo(report.to_text())
+                    click.echo(f"report, history and timeline: {run_dir}\n")
     except (RuntimeError, OSError) as exc:  # a server that would not start, a missing binary
         error(f"cannot run the scenario: {one_line(str(exc))}")
         return EXIT_UNAVAILABLE
-    (out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    failed = [r for r in reports if not r.passed]
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
-    else:
-        click.echo(report.to_text())
-        click.echo(f"report, history and timeline: {out}")
-    return 0 if report.passed else EXIT_VIOLATION
+        documents = [r.to_json() for r in reports]
+        click.echo(json.dumps(documents[0] if len(documents) == 1 else documents, indent=2))
+    elif len(reports) > 1:
+        click.echo(
+            f"{len(reports)} runs: {len(reports) - len(failed)} passed, {len(failed)} failed"
+        )
+    return EXIT_VIOLATION if failed else 0
+
+
+def _scheme(url: str | None, cluster: str) -> str:
+    """The store's URL scheme; an unknown --cluster is refused here."""
+    if url:
+        return urlsplit(url).scheme
+    kind, _, members = cluster.partition(":")
+    if (kind, members) in (("sqlite", ""), ("etcd", ""), ("postgres", "")) or (
+        kind == "etcd" and members.isdigit() and 1 <= int(members) <= 7
+    ):
+        return {"postgres": "postgresql"}.get(kind, kind)
+    raise InvalidArgument(
+        f"unknown --cluster {cluster!r}: use sqlite, etcd, etcd:MEMBERS (1-7) or postgres"
+    )
 
 
 @contextmanager
@@ -118,18 +154,14 @@ def _store(url: str | None, cluster: str, out: Path) -> Iterator[tuple[str, Serv
         yield f"sqlite:///{out.resolve() / 'store.db'}", None
         return
     control: ServerControl
-    if kind == "etcd" and (not members or (members.isdigit() and 1 <= int(members) <= 7)):
+    if kind == "etcd":
         from ..testing.etcd_cluster import EtcdCluster
 
         control = EtcdControl(EtcdCluster(int(members or 3)), owned=True)
-    elif kind == "postgres" and not members:
+    else:
         from ..testing.postgres_server import PostgresServer
 
         control = PostgresControl(PostgresServer(), owned=True)
-    else:
-        raise InvalidArgument(
-            f"unknown --cluster {cluster!r}: use sqlite, etcd, etcd:MEMBERS (1-7) or postgres"
-        )
     try:
         control.start()  # a failed start is cleaned up below
         yield control.url, control
