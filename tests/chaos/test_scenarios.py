@@ -75,13 +75,25 @@ def test_kills_in_transactions_are_safe(tmp_path: Path, sqlite_store_url: str) -
 
 
 def test_clock_drift_beyond_the_bound(tmp_path: Path, sqlite_store_url: str) -> None:
-    """Slow lease clocks and stalled renewals: holders overstay (seen as overlapping beliefs),
-    and only the fence keeps the resource right."""
-    fenced = chaos(tmp_path / "fenced", "clock-drift", sqlite_store_url)
-    faulted(fenced, "stall")
-    assert_safe(fenced)
-    assert fenced.diagnostics.get("belief-overlap", 0) >= 1
-    assert fenced.refused >= 1
+    """Half-speed lease clocks and stalled renewals: holders overstay their leases (seen as
+    overlapping beliefs), and only the fence keeps the resource right."""
+    report = chaos(tmp_path, "clock-drift", sqlite_store_url)
+    faulted(report, "stall")
+    assert_safe(report)
+    assert report.diagnostics.get("belief-overlap", 0) >= 1, report.to_text()
+    assert report.refused >= 1
+
+
+def test_true_clocks_give_up_before_the_store_expires(
+    tmp_path: Path, sqlite_store_url: str
+) -> None:
+    """The same stalls with true clocks: each holder notices its loss by its own deadline, before
+    the store can grant the lock to another (rule 3) — no overlapping beliefs at all."""
+    report = chaos(tmp_path, "clock-drift", sqlite_store_url, clock_rate=1.0)
+    faulted(report, "stall")
+    assert_safe(report)
+    assert report.losses >= 1, "stalled holders must have noticed their loss"
+    assert report.diagnostics.get("belief-overlap", 0) == 0, report.to_text()
 
 
 def test_stale_release_is_safe(tmp_path: Path, sqlite_store_url: str) -> None:

@@ -89,6 +89,7 @@ def _counter_overwrites(accepted: Iterable[Accepted]) -> Iterator[Finding]:
                 LOST_UPDATE,
                 f"write #{write.seq} by {write.process} token {write.token} set {new} from a read"
                 f" of {old}, but the counter held {previous}: an update was overwritten",
+                t=write.t,
                 processes=(write.process,),
             )
         previous = new
@@ -151,7 +152,7 @@ def _set_lost_elements(history: Sequence[Event], resource: ResourceLog) -> list[
         lost(event.value["element"], how, event.process, event.t)
     for write in resource.accepted:
         how = f"(accepted as write #{write.seq} from {write.process} token {write.token})"
-        lost(write.data["element"], how, write.process, None)
+        lost(write.data["element"], how, write.process, write.t)
     return findings
 
 
@@ -177,6 +178,7 @@ def check_stale_tokens(resource: ResourceLog) -> list[Finding]:
                     STALE_TOKEN,
                     f"write #{write.seq} by {write.process} with token {write.token} accepted"
                     f" after token {highest.token} (write #{highest.seq} by {highest.process})",
+                    t=write.t,
                     processes=_unique(highest.process, write.process),
                 )
             )
@@ -303,6 +305,7 @@ def _two_leaders(accepted: Sequence[Accepted]) -> Iterator[Finding]:
             yield Finding(
                 TWO_LEADERS,
                 f"term {term} has writes from {len(first)} leaders: {who}",
+                t=max((w.t for w in first.values() if w.t is not None), default=None),
                 processes=_unique(*(w.process for w in first.values())),
             )
 
@@ -316,6 +319,7 @@ def _term_regressions(accepted: Iterable[Accepted]) -> Iterator[Finding]:
                 TERM_REGRESSION,
                 f"write #{write.seq} by {write.process} in term {term} accepted after term"
                 f" {highest.data['term']} (write #{highest.seq} by {highest.process})",
+                t=write.t,
                 processes=_unique(highest.process, write.process),
             )
         if highest is None or term > highest.data["term"]:

@@ -72,6 +72,8 @@ class Accepted:
     process: str
     token: int
     data: dict[str, Any]
+    t: float | None = None
+    """When the resource committed it (host monotonic), if the resource keeps the time."""
 
 
 @dataclass

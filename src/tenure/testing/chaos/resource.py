@@ -9,40 +9,57 @@ same transaction as each write, which the checkers read after the run.
 Fenced access admits the lease's token on *every* access, reads included, so that a newer
 holder's read shuts out an older holder's later write (the read-modify-write is then safe);
 unfenced access trusts the lock alone.
+
+The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
+file then only names the workload, and the store's URL is needed to create and read it.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..._errors import InvalidArgument
 from ...fence import SQLFence
 from .history import Accepted, ResourceLog
 
+if TYPE_CHECKING:
+    from .guards import Guard
+
 RESOURCE = "resource"  # the fence's resource name
-WORKLOADS = ("counter", "set", "election")
+GUARDED = "guarded"  # the workload whose counter lives in the store
+WORKLOADS = ("counter", "set", "election", GUARDED)
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
 
 
-def create_resource(path: Path | str, workload: str) -> None:
+def create_resource(path: Path | str, workload: str, store_url: str | None = None) -> None:
+    if workload == GUARDED:
+        with _guard(store_url) as guard:
+            guard.setup()
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('workload', ?)", (workload,))
-        db.execute("CREATE TABLE state (value TEXT)")
-        db.execute("INSERT INTO state VALUES (?)", (json.dumps(_EMPTY[workload]),))
-        db.execute(
-            "CREATE TABLE accepted (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-            " process TEXT NOT NULL, token INTEGER NOT NULL, data TEXT NOT NULL)"
-        )
-        SQLFence().ensure_table(db)
+        if workload != GUARDED:
+            _create_state(db, workload)
     finally:
         db.close()
+
+
+def _create_state(db: sqlite3.Connection, workload: str) -> None:
+    db.execute("CREATE TABLE state (value TEXT)")
+    db.execute("INSERT INTO state VALUES (?)", (json.dumps(_EMPTY[workload]),))
+    db.execute(
+        "CREATE TABLE accepted (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " process TEXT NOT NULL, token INTEGER NOT NULL, data TEXT NOT NULL, t REAL)"
+    )
+    SQLFence().ensure_table(db)
 
 
 class Resource:
@@ -82,24 +99,37 @@ class Resource:
         with self._access(token) as cur:
             cur.execute("UPDATE state SET value = ?", (json.dumps(value),))
             cur.execute(
-                "INSERT INTO accepted (process, token, data) VALUES (?, ?, ?)",
-                (self.process, token, json.dumps(data)),
+                "INSERT INTO accepted (process, token, data, t) VALUES (?, ?, ?, ?)",
+                (self.process, token, json.dumps(data), time.monotonic()),
             )
 
     def close(self) -> None:
         self._db.close()
 
 
-def read_resource(path: Path | str) -> ResourceLog:
+def _guard(store_url: str | None) -> Guard:
+    from .guards import open_guard  # every store's client: imported for this workload only
+
+    if store_url is None:
+        raise InvalidArgument(
+            f"the {GUARDED} workload keeps its counter in the store: give its URL"
+        )
+    return open_guard(store_url)
+
+
+def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog:
     db = sqlite3.connect(path)
     try:
         (workload,) = db.execute("SELECT value FROM meta WHERE key = 'workload'").fetchone()
+        if workload == GUARDED:
+            with _guard(store_url) as guard:
+                return guard.read_log()
         (final,) = db.execute("SELECT value FROM state").fetchone()
-        rows = db.execute("SELECT seq, process, token, data FROM accepted ORDER BY seq").fetchall()
+        rows = db.execute(
+            "SELECT seq, process, token, data, t FROM accepted ORDER BY seq"
+        ).fetchall()
     finally:
         db.close()
-    accepted = [
-        Accepted(seq, process, token, json.loads(data)) for seq, process, token, data in rows
-    ]
+    accepted = [Accepted(seq, p, token, json.loads(data), t) for seq, p, token, data, t in rows]
     value = json.loads(final)
     return ResourceLog(workload, accepted, sorted(value) if workload == "set" else value)

@@ -92,19 +92,7 @@ class Run:
         return self.control
 
     def check_applicable(self) -> None:
-        needs, scheme = self.scenario.needs, urlsplit(self.store_url).scheme
-        if needs == "network" and scheme not in DEFAULT_PORTS:
-            raise InvalidArgument(
-                f"scenario {self.scenario.name!r} cuts network links: it needs a networked "
-                f"store (etcd, PostgreSQL), not {scheme!r}"
-            )
-        if needs in ("server", "etcd") and self.control is None:
-            raise InvalidArgument(
-                f"scenario {self.scenario.name!r} faults the store's servers: let the harness "
-                "start them (--cluster etcd:3 or --cluster postgres)"
-            )
-        if needs == "etcd" and scheme != "etcd":
-            raise InvalidArgument(f"scenario {self.scenario.name!r} needs an etcd cluster")
+        check_applicable(self.scenario, urlsplit(self.store_url).scheme, self.control is not None)
 
     # -- the run ----------------------------------------------------------------------------------
 
@@ -118,7 +106,7 @@ class Run:
         resource = self.out / "resource.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{resource}{suffix}").unlink(missing_ok=True)
-        create_resource(resource, self.workload)
+        create_resource(resource, self.workload, self.store_url)
         rng = random.Random(self.seed)
         started = time.monotonic()
         until = started + self.seconds
@@ -148,7 +136,7 @@ class Run:
         ended = time.monotonic()
         history = read_history(history_files(history_dir))
         write_history(self.out / "history.jsonl", history)
-        log = read_resource(resource)
+        log = read_resource(resource, self.store_url)
         findings = checkers.check_all(history, log)
         info = RunInfo(
             scenario=self.scenario.name,
@@ -192,7 +180,7 @@ class Run:
                 "--store", url, "--resource", str(resource), "--workload", self.workload,
                 "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
                 "--until", repr(until), "--lock", self.lock, "--ttl", repr(self.ttl),
-                "--think", repr(self.ttl), "--seed", str(self.seed),
+                "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
                 "--clock-rate", repr(self._clock_rate()),
                 "--stall-file", str(history_dir / f"{name}.stall"),
             ]  # fmt: skip
@@ -222,6 +210,23 @@ class Run:
             if code != 0:
                 notes.append(f"{worker.name} exited with status {code}")
         return notes
+
+
+def check_applicable(scenario: Scenario, scheme: str, controlled: bool) -> None:
+    """Raise `InvalidArgument` if ``scenario`` cannot run on this store."""
+    needs, name = scenario.needs, scenario.name
+    if needs == "network" and scheme not in DEFAULT_PORTS:
+        raise InvalidArgument(
+            f"scenario {name!r} cuts network links: it needs a networked store (etcd, "
+            f"PostgreSQL), not {scheme!r}"
+        )
+    if needs in ("server", "etcd") and not controlled:
+        raise InvalidArgument(
+            f"scenario {name!r} faults the store's servers: let the harness start them "
+            "(--cluster etcd:3 or --cluster postgres)"
+        )
+    if needs == "etcd" and scheme != "etcd":
+        raise InvalidArgument(f"scenario {name!r} needs an etcd cluster (--cluster etcd:3)")
 
 
 def endpoints(url: str) -> list[tuple[str, int]]:

@@ -17,6 +17,8 @@ class Scenario:
     server the harness controls: ``--cluster``); ``etcd`` (an etcd cluster it controls)."""
     clock_rate: float = 1.0
     """The workers' lease clock rate (1 = true time; 0.5 = half as fast)."""
+    think: float = 1.0
+    """The longest work between a holder's read and its write, in TTLs (renewed meanwhile)."""
 
 
 SCENARIOS = {
@@ -50,17 +52,18 @@ SCENARIOS = {
         ),
         Scenario(
             "leader-kill",
-            "the etcd leader is killed during holds and restarted 1-2 TTLs later",
+            "the etcd leader (or the PostgreSQL server) is killed during holds and restarted "
+            "1-2 TTLs later",
             ("member-kill",),
             every=(0.5, 1.5),
-            needs="etcd",
+            needs="server",
         ),
         Scenario(
             "leader-pause",
-            "the etcd leader is paused (SIGSTOP) for 1-3 TTLs during holds",
+            "the etcd leader (or the PostgreSQL server) is paused (SIGSTOP) for 1-3 TTLs",
             ("member-pause",),
             every=(0.5, 1.5),
-            needs="etcd",
+            needs="server",
         ),
         Scenario(
             "majority-loss",
@@ -82,6 +85,7 @@ SCENARIOS = {
             "holders' renewals stall: they believe they hold after the store expired them",
             ("stall",),
             clock_rate=0.5,
+            think=3.0,
         ),
     )
 }

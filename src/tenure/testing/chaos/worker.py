@@ -15,6 +15,9 @@ counter   read the counter, think, write value+1.
 set       read the set, think, write it back with one new element.
 election  the holder leads for its term (the token): it appends 5–15 (term, leader, n) entries
           to a log, one every ttl/10, then steps down.
+guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
+          only while the store still says the token holds the lock, checked in the write's own
+          transaction (``--unfenced``: the same write without that check).
 
 The worker does not call ``lease.check()`` before writing, on purpose: a check is always racy
 (a pause can fall between the check and the write), so the harness shows what the resource
@@ -30,7 +33,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tenure
 
@@ -39,7 +42,10 @@ from ..._url import open_store
 from ...stores._spi import Store
 from ..faults import FaultyStore
 from .history import Recorder
-from .resource import WORKLOADS, Resource
+from .resource import GUARDED, WORKLOADS, Resource
+
+if TYPE_CHECKING:
+    from .guards import Guard
 
 
 class ScaledClock:
@@ -77,6 +83,11 @@ class Worker:
         self.rng = random.Random(f"{args.seed}:{args.process}:{os.getpid()}")
         self.rec = Recorder(args.history, args.process)
         self.resource = Resource(args.resource, args.process, fenced=not args.unfenced)
+        self.guard: Guard | None = None
+        if args.workload == GUARDED:
+            from .guards import open_guard  # every store's client: only for this workload
+
+            self.guard = open_guard(args.store, args.lock)
         self.clock = ScaledClock(args.clock_rate)
         self.store = StallableStore(open_store(args.store), Path(args.stall_file))
         label = f"chaos {args.process}"
@@ -117,6 +128,8 @@ class Worker:
             finally:
                 self.release(lease)
         self.client.close()
+        if self.guard is not None:
+            self.guard.close()
         self.rec.close()
 
     def acquire(self) -> tenure.Lease | None:
@@ -163,6 +176,18 @@ class Worker:
         self.think()
         data = {"old": value, "new": value + 1}
         self.op("write", token, data, lambda: self.resource.write(token, value + 1, data))
+
+    def step_guarded(self, lease: tenure.Lease) -> None:
+        guard = self.guard
+        assert guard is not None
+        token, guarded = lease.token, not self.args.unfenced
+        value = self.op("read", token, None, guard.read)
+        self.think()
+        data = {"old": value, "new": value + 1}
+        process = self.args.process
+        self.op(
+            "write", token, data, lambda: guard.write(token, value, value + 1, process, guarded)
+        )
 
     def step_set(self, lease: tenure.Lease) -> None:
         token = lease.token
