@@ -26,8 +26,12 @@ from tenure.testing.postgres_server import PostgresServer
 
 def cell(report: Report) -> str:
     bad = {kind: n for kind, n in report.violations.items() if n}
-    found = ", ".join(f"{kind} {n}" for kind, n in bad.items()) or "0"
+    found = ", ".join(f"**{kind} {n}**" for kind, n in bad.items()) or "0"
     return f"{found} ({report.grants} grants, {report.refused} refused)"
+
+
+def next_grant(report: Report) -> str:
+    return f"{max(report.next_grant):.2f} s" if report.next_grant else "–"
 
 
 def main() -> None:
@@ -42,8 +46,11 @@ def main() -> None:
     postgres = PostgresControl(PostgresServer(), owned=True)
     stores: list[tuple[str, ServerControl | None]] = [("sqlite", None), ("etcd", etcd)]
     stores.append(("postgres", postgres))
-    print("| scenario | store | faults | fenced: violations | unfenced: violations |")
-    print("|---|---|---|---|---|")
+    print(
+        "| scenario | store | faults (fenced run) | fenced: violations | next grant (max) |"
+        " unfenced: violations |"
+    )
+    print("|---|---|---|---|---|---|")
     try:
         etcd.start()
         postgres.start()
@@ -73,7 +80,7 @@ def main() -> None:
                 faults = ", ".join(f"{k} {n}" for k, n in reports[0].faults.items()) or "none"
                 print(
                     f"| {scenario.name} | {kind} | {faults} | {cell(reports[0])} |"
-                    f" {cell(reports[1])} |",
+                    f" {next_grant(reports[0])} | {cell(reports[1])} |",
                     flush=True,
                 )
     finally:

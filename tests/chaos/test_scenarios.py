@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tenure.stores._spi import Busy
 from tenure.testing.chaos import SCENARIOS, EtcdControl, PostgresControl, Report, Run
 from tenure.testing.etcd_cluster import EtcdCluster
 from tenure.testing.postgres_server import PostgresServer
@@ -36,6 +37,15 @@ def assert_safe(report: Report) -> None:
     assert sum(report.violations.values()) == 0
 
 
+def assert_live(report: Report) -> None:
+    """After a fault on the holder, another worker gets the lock once the store expires the
+    holder's lease (within a TTL, 1 s on etcd) and the next waiter notices: by its wake-up, or
+    at worst its poll while others are ahead. A wide margin: this catches waiters sleeping
+    through a freed lock (as long as the 10 s safety nap), not milliseconds."""
+    assert report.next_grant, "no fault hit a holder"
+    assert max(report.next_grant) < max(TTL, 1.0) + Busy.AHEAD_POLL + 1.5, report.to_text()
+
+
 # -- the embedded store -------------------------------------------------------------------------
 
 
@@ -50,6 +60,7 @@ def test_pauses_fenced_are_safe(tmp_path: Path, sqlite_store_url: str, workload:
     report = chaos(tmp_path, "pause", sqlite_store_url, workload=workload)
     faulted(report, "pause")
     assert_safe(report)
+    assert_live(report)
     assert report.refused >= 1, "a resumed holder's stale write must have been refused"
 
 
@@ -110,6 +121,8 @@ def test_etcd_fenced_is_safe(tmp_path: Path, etcd_store_url: str, scenario: str)
     report = chaos(tmp_path, scenario, etcd_store_url)
     faulted(report, SCENARIOS[scenario].faults[0])
     assert_safe(report)
+    if scenario == "pause":
+        assert_live(report)
 
 
 @pytest.mark.parametrize("scenario", ["leader-kill", "leader-pause"])
@@ -137,9 +150,11 @@ def test_etcd_unfenced_pauses_show_violations(tmp_path: Path, etcd_store_url: st
 
 @pytest.mark.parametrize("scenario", ["pause", "partition"])
 def test_postgres_fenced_is_safe(tmp_path: Path, postgres_store_url: str, scenario: str) -> None:
-    report = chaos(tmp_path, scenario, postgres_store_url)
+    report = chaos(tmp_path, scenario, postgres_store_url, workers_count=5, seconds=10.0)
     faulted(report, SCENARIOS[scenario].faults[0])
     assert_safe(report)
+    if scenario == "pause":
+        assert_live(report)
 
 
 def test_postgres_restart_fenced_is_safe(

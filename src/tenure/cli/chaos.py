@@ -110,7 +110,6 @@ def chaos(
                     seconds=seconds, seed=run_seed, fenced=not unfenced, workload=workload,
                     clock_rate=clock_rate, control=control,
                 ).execute()  # fmt: skip
-                (run_dir / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
                 reports.append(report)
                 if not as_json:
                     click.echo(report.to_text())

@@ -74,6 +74,10 @@ class Busy:
     """Place in the queue (None if the caller did not ask to wait)."""
     retry_in: float | None = None
     """Seconds after which ``attempt`` is worth repeating even without a wake-up."""
+
+    AHEAD_POLL: ClassVar[float] = 2.0
+    """``retry_in`` while the lock is free but live waiters are ahead: if the lock was freed by
+    expiry, nobody hands it over, and the one ahead may itself be asleep until its own retry."""
     extra: dict[str, object] = field(default_factory=dict)
 
 

@@ -671,7 +671,9 @@ class PostgresStore(Store):
             early = self._early.pop(mine.channel, None)
             if early is not None:  # its NOTIFY came before we got here
                 self._wake(mine, early)
-        retry = None if holder is None else max(0.0, holder.expires_in) + 0.001
+        # Free but others ahead: poll gently, in case those ahead died or sleep (freed by expiry,
+        # the lock is handed to nobody, so nobody is notified).
+        retry = Busy.AHEAD_POLL if holder is None else max(0.0, holder.expires_in) + 0.001
         return Busy(holder=holder, ticket=mine, retry_in=retry)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:

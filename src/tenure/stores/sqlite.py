@@ -306,7 +306,7 @@ class SQLiteStore(Store):
             elif enqueue and fifo is not None:
                 mine = self._enqueue(db, session, name, *fifo)
             # Free but others ahead: poll gently, in case those ahead died without a wake-up.
-            retry = 2.0 if holder is None else max(0.0, holder.expires_in) + 0.001
+            retry = Busy.AHEAD_POLL if holder is None else max(0.0, holder.expires_in) + 0.001
             return Busy(holder=holder, ticket=mine, retry_in=retry)
 
         while True:

@@ -9,6 +9,7 @@ the same choices (the timing of real processes still varies from run to run).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -152,6 +153,7 @@ class Run:
             notes=notes,
         )
         report = build_report(info, history, findings, checkers.violations(findings))
+        (self.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
         write_timeline(self.out / "timeline.html", info, history, findings)
         return report
 
