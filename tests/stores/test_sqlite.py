@@ -116,6 +116,43 @@ async def test_dead_waiter_is_skipped_promptly(tmp_path: Path) -> None:
     assert not list((tmp_path / "s.db-wake").iterdir()), "wake-up FIFOs left behind"
 
 
+async def test_dead_waiter_is_skipped_when_the_lock_expires(tmp_path: Path) -> None:
+    """Nobody releases a lock whose holder died: the live waiter behind a dead one takes it
+    when the holder's lease expires, not when the dead waiter's (long) session does."""
+    db = tmp_path / "s.db"
+
+    def start(ttl: float) -> subprocess.Popen[bytes]:
+        script = f"import tenure, time; c = tenure.connect({url(db)!r}); c.acquire('q', ttl={ttl})"
+        return subprocess.Popen([sys.executable, "-c", script + "; time.sleep(60)"])
+
+    async with tenure.connect_async(url(db)) as c:
+        holder = start(ttl=1)
+        with anyio.fail_after(10):
+            while not await c.locks("q"):
+                await anyio.sleep(0.02)
+        dead = start(ttl=30)
+        with anyio.fail_after(10):
+            while not (await c.locks("q"))[0].waiters:
+                await anyio.sleep(0.02)
+        dead.kill()
+        dead.wait()
+        got: list[float] = []
+
+        async def live_waiter() -> None:
+            async with c.lock("q", ttl=30):
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live_waiter)
+            with anyio.fail_after(5):
+                while (await c.locks("q"))[0].waiters < 2:
+                    await anyio.sleep(0.02)
+            holder.kill()
+            killed = anyio.current_time()
+            holder.wait()
+        assert got[0] - killed < 2.5  # the holder's 1 s lease, then one attempt
+
+
 def test_many_processes_never_see_database_is_locked(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     script = textwrap.dedent(

@@ -285,12 +285,8 @@ class SQLiteStore(Store):
             params = self._params(now, id=session.id, name=name)
             holder = self._holder(db, name, now)
             if holder is None:
-                head = db.execute(
-                    "SELECT w.seq FROM tenure_waiters w JOIN tenure_sessions s ON s.id = w.session"
-                    " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq LIMIT 1",
-                    params,
-                ).fetchone()
-                if head is None or (mine is not None and head[0] == mine.seq):
+                head = self._live_head(db, name, now, None if mine is None else mine.seq)
+                if head is None or (mine is not None and head == mine.seq):
                     return self._grant(db, now, session, name, mine)
             alive = db.execute(
                 "SELECT 1 FROM tenure_sessions s WHERE id = :id AND " + LIVE, params
@@ -486,6 +482,43 @@ class SQLiteStore(Store):
         with contextlib.suppress(OSError):
             path.unlink()
 
+    def _live_waiters(
+        self, db: sqlite3.Connection, name: str, now: float
+    ) -> list[tuple[int, int, str]]:
+        return db.execute(
+            "SELECT w.seq, w.session, w.wake FROM tenure_waiters w"
+            " JOIN tenure_sessions s ON s.id = w.session"
+            " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq",
+            self._params(now, name=name),
+        ).fetchall()
+
+    def _listener(self, db: sqlite3.Connection, seq: int, wake: str) -> int | None:
+        """The write end of a waiter's FIFO; None (and its queue row dropped) if nobody reads
+        it any more: its process is gone, though its session has not expired yet."""
+        try:
+            return os.open(self.wake_dir / wake, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno not in (errno.ENXIO, errno.ENOENT):
+                raise StoreUnavailable(f"cannot wake a waiter in {self.wake_dir}: {exc}") from None
+        db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
+        with contextlib.suppress(OSError):
+            (self.wake_dir / wake).unlink()
+        return None
+
+    def _live_head(
+        self, db: sqlite3.Connection, name: str, now: float, mine: int | None
+    ) -> int | None:
+        """The first waiter for a free ``name`` that is still there to take it (dead ones are
+        dropped on the way, so a waiter killed while queued never holds up the queue)."""
+        for seq, _session, wake in self._live_waiters(db, name, now):
+            if seq == mine:
+                return seq
+            fd = self._listener(db, seq, wake)
+            if fd is not None:
+                os.close(fd)
+                return int(seq)
+        return None
+
     def _hand_over(self, db: sqlite3.Connection, name: str, now: float) -> int | None:
         """Inside a transaction that freed ``name``: grant it to the first live waiter.
 
@@ -493,22 +526,11 @@ class SQLiteStore(Store):
         has committed. Waiters whose FIFO nobody reads any more (their process is gone) are
         dropped on the way, so a dead waiter never holds up the queue.
         """
-        rows = db.execute(
-            "SELECT w.seq, w.session, w.wake FROM tenure_waiters w"
-            " JOIN tenure_sessions s ON s.id = w.session"
-            " WHERE w.name = :name AND " + LIVE + " ORDER BY w.seq",
-            self._params(now, name=name),
-        ).fetchall()
-        for seq, session, wake in rows:
+        for seq, session, wake in self._live_waiters(db, name, now):
+            fd = self._listener(db, seq, wake)
+            if fd is None:
+                continue
             db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
-            try:
-                fd = os.open(self.wake_dir / wake, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError as exc:
-                if exc.errno in (errno.ENXIO, errno.ENOENT):  # nobody listens: gone
-                    with contextlib.suppress(OSError):
-                        (self.wake_dir / wake).unlink()
-                    continue
-                raise StoreUnavailable(f"cannot wake a waiter in {self.wake_dir}: {exc}") from None
             token = self._next_token(db, name)
             db.execute(
                 "INSERT OR REPLACE INTO tenure_locks (name, token, session, waiter)"
