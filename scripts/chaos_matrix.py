@@ -2,6 +2,7 @@
 table of results in docs/chaos.md.
 
     .venv/bin/python scripts/chaos_matrix.py [--seconds 12] [--ttl 1] [--seed 1] [--out DIR]
+        [--scenario NAME]… [--store sqlite|etcd|postgres]…
 
 Starts its own SQLite file, 3-member etcd cluster and PostgreSQL server (loopback, temporary
 directories), prints one Markdown row per scenario and store, and writes every run's report,
@@ -41,6 +42,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="chaos-matrix-")))
+    parser.add_argument("--scenario", action="append", help="only these (default: all)")
+    parser.add_argument("--store", action="append", help="only these: sqlite, etcd, postgres")
     args = parser.parse_args()
     etcd = EtcdControl(EtcdCluster(3), owned=True)
     postgres = PostgresControl(PostgresServer(), owned=True)
@@ -55,7 +58,11 @@ def main() -> None:
         etcd.start()
         postgres.start()
         for scenario in SCENARIOS.values():
+            if args.scenario and scenario.name not in args.scenario:
+                continue
             for kind, control in stores:
+                if args.store and kind not in args.store:
+                    continue
                 urls = {
                     "sqlite": f"sqlite:///{args.out / f'{scenario.name}.db'}",
                     "etcd": f"{etcd.url}/m_{uuid.uuid4().hex[:8]}",

@@ -43,10 +43,13 @@ class WorkerProcess:
     argv: list[str]
     proxies: list[ThreadedChaosProxy] = field(default_factory=list)
     stall_file: Path | None = None
+    log: Path = Path(os.devnull)
     proc: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL)
+        # Its stderr (e.g. a paused worker's "session lost" line) goes to its log, not ours.
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stderr=log)
 
     def stall(self, on: bool) -> None:
         """Make the worker's renewals hang (or not): they do while its stall file exists."""
@@ -188,7 +191,9 @@ class Run:
             ]  # fmt: skip
             if not self.fenced:
                 argv.append("--unfenced")
-            worker = WorkerProcess(name, argv, proxies, history_dir / f"{name}.stall")
+            worker = WorkerProcess(
+                name, argv, proxies, history_dir / f"{name}.stall", history_dir / f"{name}.log"
+            )
             self.workers.append(worker)
             worker.spawn()
 
