@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 def chaos(tmp_path: Path, scenario: str, url: str, **options: object) -> Report:
     options = {"workers_count": 4, "ttl": TTL, "seconds": SECONDS, "seed": 7, **options}
     report = Run(SCENARIOS[scenario], url, tmp_path / "run", **options).execute()  # type: ignore[arg-type]
-    assert report.grants > 5, "the workers must have made progress"
+    assert report.grants >= 3 and report.acknowledged >= 5, "the workers must have progressed"
     assert not report.info.notes, report.info.notes  # every worker ended on time
     return report
 

@@ -13,8 +13,8 @@ Workloads (the step done while holding the lock):
 
 counter   read the counter, think, write value+1.
 set       read the set, think, write it back with one new element.
-election  the holder leads for its term (the token): it appends 5–15 (term, leader, n) entries
-          to a log, one every ttl/10, then steps down.
+election  the holder leads for its term (the token): it appends 10–30 (term, leader, n)
+          entries to a log, one every ttl/10, then steps down.
 guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
           only while the store still says the token holds the lock, checked in the write's own
           transaction (``--unfenced``: the same write without that check).
@@ -204,7 +204,7 @@ class Worker:
         # A leader appends a set number of entries (not "until a time"), so one paused between
         # two appends wakes up and appends again, as a real leader would.
         term = lease.token
-        for n in range(self.rng.randint(5, 15)):
+        for n in range(self.rng.randint(10, 30)):  # 1-3 TTLs: pauses land mid-term
             self.append(term, {"term": term, "leader": self.args.process, "n": n})
             time.sleep(self.args.ttl / 10)
 
