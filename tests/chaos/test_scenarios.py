@@ -157,9 +157,7 @@ def test_postgres_fenced_is_safe(tmp_path: Path, postgres_store_url: str, scenar
         assert_live(report)
 
 
-def test_postgres_unfenced_pauses_show_violations(
-    tmp_path: Path, postgres_store_url: str
-) -> None:
+def test_postgres_unfenced_pauses_show_violations(tmp_path: Path, postgres_store_url: str) -> None:
     report = chaos(tmp_path, "pause", postgres_store_url, fenced=False, workers_count=5)
     faulted(report, "pause")
     assert report.violations["lost-update"] >= 1, report.to_text()
