@@ -57,6 +57,18 @@ class LockInfo:
     expires_in: float
     """Seconds until the store would expire the holder's lease, if not renewed."""
     waiters: int = 0
+    value: str | None = None
+    """What the holder proclaimed (leader election: who leads, where); None if nothing."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of a lock, as a `Watch` reports it: its state right after the change."""
+
+    name: str
+    holder: LockInfo | None
+    """The holder and its value after the change (``expires_in`` may be 0: unknown); None when
+    the lock was released or freed."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,25 @@ class Busy:
     """``retry_in`` while the lock is free but live waiters are ahead: if the lock was freed by
     expiry, nobody hands it over, and the one ahead may itself be asleep until its own retry."""
     extra: dict[str, object] = field(default_factory=dict)
+
+
+class Watch(ABC):
+    """A subscription to the changes of one lock name (``Store.watch``).
+
+    Subscribed before the caller first reads the lock's state, so no change after that read is
+    missed. Every grant (each token), every proclaimed value and every release of the name is
+    reported, in the order the store made them; an expiry that nobody writes (SQL stores) is not
+    an event: the caller re-reads when the holder could have expired.
+    """
+
+    @abstractmethod
+    async def next(self, timeout: float) -> list[Change]:
+        """The changes since the last call, oldest first; wait up to ``timeout`` seconds for
+        one (an empty list: none came)."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Unsubscribe (idempotent)."""
 
 
 class Session(ABC):
@@ -145,3 +176,14 @@ class Store(ABC):
     @abstractmethod
     async def aclose(self) -> None:
         """Close connections. Sessions are closed by the client first."""
+
+    # -- leader election -------------------------------------------------------------------
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        """Set the value of ``name`` if this session still holds it with this token, atomically
+        with that check; False if it does not (lost or released). Reported by watches."""
+        raise NotImplementedError(f"{type(self).__name__} has no leader election yet")
+
+    async def watch(self, name: str) -> Watch:
+        """Subscribe to the changes of ``name`` (see `Watch`); woken by the store, not a poll."""
+        raise NotImplementedError(f"{type(self).__name__} has no leader election yet")

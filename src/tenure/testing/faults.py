@@ -14,7 +14,7 @@ from __future__ import annotations
 import anyio
 
 from .._errors import StoreUnavailable
-from ..stores._spi import Busy, Grant, LockInfo, Owner, Session, Store
+from ..stores._spi import Busy, Grant, LockInfo, Owner, Session, Store, Watch
 
 
 class FaultyStore(Store):
@@ -72,6 +72,12 @@ class FaultyStore(Store):
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         return await self.inner.locks(name)
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        return await self.inner.proclaim(session, name, token, value)
+
+    async def watch(self, name: str) -> Watch:
+        return await self.inner.watch(name)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
