@@ -3,8 +3,9 @@
 Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md.
 """
 
-from ._client import AsyncClient, Client, Lease, connect, connect_async
+from ._client import AsyncClient, Client, Leadership, Lease, connect, connect_async
 from ._clock import Clock
+from ._election import AsyncLeadership, Leader
 from ._errors import (
     InvalidArgument,
     LeaseLost,
@@ -21,11 +22,14 @@ __all__ = [
     "DEFAULT_DRIFT",
     "DEFAULT_MARGIN",
     "AsyncClient",
+    "AsyncLeadership",
     "AsyncLease",
     "Capabilities",
     "Client",
     "Clock",
     "InvalidArgument",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseLost",
     "LockInfo",

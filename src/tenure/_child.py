@@ -110,6 +110,8 @@ class Child:
         self._stopping = False
         self._done = False
         self._timer: threading.Timer | None = None
+        self.forwarded: list[int] = []
+        """Signals this process received and passed on to the child's group."""
 
     @property
     def stopping(self) -> bool:
@@ -173,6 +175,7 @@ def running(
         if child is None:
             early.append(signum)
         else:
+            child.forwarded.append(signum)
             child.signal(signum)
 
     # Blocked while the child starts, so a signal is either early (no child: re-raised below)

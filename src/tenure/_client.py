@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ._clock import REAL_CLOCK, Clock
+from ._election import AsyncLeadership, Leader, campaign, check_value, leader, observe
 from ._errors import LeaseLost, TenureError
 from ._lease import AsyncLease, LostCallback
 from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
@@ -136,7 +137,7 @@ class AsyncClient:
         wait: bool = True,
         timeout: float | None = None,
         on_wait: WaitCallback | None = None,
-    ) -> AsyncHold:
+    ) -> AsyncHold[AsyncLease]:
         """``async with client.lock(name, ttl=30) as lease``; a lost lease cancels the body."""
         check_arguments(name, ttl, timeout, self.drift, self.margin)
         return AsyncHold(
@@ -148,6 +149,36 @@ class AsyncClient:
         if name is not None:
             check_name(name)
         return await self.store.locks(name)
+
+    # -- leader election ------------------------------------------------------------------
+
+    async def campaign(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> AsyncLeadership:
+        """Wait to lead election ``name``, proclaiming ``value``; ``resign()`` to step down.
+
+        The leadership's ``term`` is its fencing token: strictly greater than every earlier
+        term. Loss reaches the code as for a lease (``lost``, ``on_lost``, ``check()``).
+        """
+        timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
+        return await campaign(self, name, value, ttl, timeout)
+
+    def lead(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> AsyncHold[AsyncLeadership]:
+        """``async with client.lead(name, value) as leadership``: the body is cancelled if the
+        leadership is lost; leaving the block resigns."""
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
+        check_value(value)
+        return AsyncHold(lambda: self.campaign(name, value, ttl, timeout=timeout))
+
+    async def leader(self, name: str) -> Leader | None:
+        """The current leader of election ``name`` (None if nobody leads)."""
+        return await leader(self.store, check_name(name))
+
+    def observe(self, name: str) -> AsyncIterator[Leader | None]:
+        """The current leader, then every change (``async for leader in client.observe(n)``)."""
+        return observe(self.store, check_name(name))
 
 
 @asynccontextmanager
@@ -197,6 +228,21 @@ class Lease:
 
     def release(self) -> None:
         self._client._call(self._inner.release)
+
+
+class Leadership(Lease):
+    """A sync view of a leadership: a lease whose token is the term, with a value."""
+
+    _inner: AsyncLeadership
+
+    term = property(lambda self: self._inner.term)
+    value = property(lambda self: self._inner.value)
+
+    def proclaim(self, value: str) -> None:
+        self._client._call(self._inner.proclaim, value)
+
+    def resign(self) -> None:
+        self._client._call(self._inner.resign)
 
 
 class Client:
@@ -311,6 +357,39 @@ class Client:
 
     def locks(self, name: str | None = None) -> list[LockInfo]:
         return self._call(self._async.locks, name)
+
+    # -- leader election ------------------------------------------------------------------
+
+    def campaign(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> Leadership:
+        """Wait to lead election ``name``; see ``AsyncClient.campaign``."""
+        return Leadership(self._call(self._async.campaign, name, value, ttl, timeout=timeout), self)
+
+    @contextmanager
+    def lead(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> Iterator[Leadership]:
+        """``with client.lead(name, value) as leadership``: resigns on exit; raises if lost."""
+        leadership = self.campaign(name, value, ttl, timeout=timeout)
+        with self._hold(leadership):
+            yield leadership
+
+    def leader(self, name: str) -> Leader | None:
+        return self._call(self._async.leader, name)
+
+    def observe(self, name: str) -> Iterator[Leader | None]:
+        """The current leader, then every change, as a blocking iterator."""
+        changes = self._async.observe(name)
+        try:
+            while True:
+                try:
+                    yield self._call(changes.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if self._thread.is_alive():
+                self._call(changes.aclose)  # type: ignore[attr-defined]
 
 
 def _cancel(scopes: list[anyio.CancelScope]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._session import SessionKeeper
 
 WaitCallback = Callable[[LockInfo | None], None]
+L = TypeVar("L", bound=AsyncLease)
 MAX_NAP = 2.0
 """Longest sleep between attempts on a store that cannot wake waiters (bounded polling)."""
 SAFETY_NAP = 10.0
@@ -62,7 +63,8 @@ async def acquire(
     wait: bool,
     timeout: float | None,
     on_wait: WaitCallback | None,
-) -> AsyncLease:
+    make: type[L] = AsyncLease,  # type: ignore[assignment]
+) -> L:
     clock = client.clock
     give_up = math.inf if timeout is None else clock.now() + timeout
     ticket: object | None = None
@@ -85,7 +87,7 @@ async def acquire(
                 continue
             if not isinstance(outcome, Busy):
                 ticket = None  # the store removed it from the queue with the grant
-                lease = AsyncLease(keeper, name, outcome.token)
+                lease = make(keeper, name, outcome.token)
                 keeper.leases.add(lease)
                 if outcome.renewed_session:
                     keeper.confirm_grant(t_sent)
@@ -119,15 +121,15 @@ async def _leave(keeper: SessionKeeper, ticket: object) -> None:
         await keeper.store.leave(ticket)
 
 
-class AsyncHold:
+class AsyncHold(Generic[L]):
     """``async with client.lock(name) as lease``: the body is cancelled if the lease is lost."""
 
-    def __init__(self, acquire: Callable[[], Awaitable[AsyncLease]]) -> None:
+    def __init__(self, acquire: Callable[[], Awaitable[L]]) -> None:
         self._acquire = acquire
-        self._lease: AsyncLease | None = None
+        self._lease: L | None = None
         self._scope: anyio.CancelScope | None = None
 
-    async def __aenter__(self) -> AsyncLease:
+    async def __aenter__(self) -> L:
         lease = await self._acquire()
         self._lease = lease
         self._scope = anyio.CancelScope()

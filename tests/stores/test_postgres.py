@@ -120,12 +120,12 @@ async def test_newer_schema_version_is_refused(postgres: PostgresServer) -> None
         assert await client.locks() == []
     with psycopg.connect(postgres.dsn, autocommit=True) as db:
         db.execute(
-            psycopg.sql.SQL("UPDATE {}.meta SET value = '3' WHERE key = 'schema'").format(
+            psycopg.sql.SQL("UPDATE {}.meta SET value = '4' WHERE key = 'schema'").format(
                 psycopg.sql.Identifier(schema)
             )
         )
     async with tenure.connect_async(url) as client:
-        with pytest.raises(StoreUnavailable, match="version 3"):
+        with pytest.raises(StoreUnavailable, match="version 4"):
             await client.locks()
 
 
@@ -157,7 +157,37 @@ async def test_version_1_schema_is_migrated_and_its_counters_kept(
         assert lease.token == 8
     with psycopg.connect(postgres.dsn, autocommit=True) as db:
         query = psycopg.sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema'").format(ident)
-        assert db.execute(query).fetchone() == ("2",)
+        assert db.execute(query).fetchone() == ("3",)
+
+
+async def test_version_2_schema_is_upgraded_for_leader_election(postgres: PostgresServer) -> None:
+    """Version 3 adds a column, a table and functions to version 2, and replaces the bodies of
+    its functions (same signatures, so version-2 clients still connected keep working)."""
+    url, schema = fresh_url(postgres)
+    ident = psycopg.sql.Identifier(schema)
+    async with tenure.connect_async(url) as client:
+        held = await client.acquire("kept", ttl=30)
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:  # back to version 2
+            db.execute(
+                psycopg.sql.SQL(
+                    "ALTER TABLE {s}.locks DROP COLUMN value; DROP TABLE {s}.watchers;"
+                    " DROP FUNCTION {s}.announce, {s}.proclaim, {s}.watch;"
+                    " UPDATE {s}.meta SET value = '2' WHERE key = 'schema'"
+                ).format(s=ident)
+            )
+        store = PostgresStore.from_url(url)
+        try:
+            [info] = await store.locks("kept")  # upgrades on connecting
+            assert (info.token, info.value) == (held.token, None)
+            session = await store.open_session(30, tenure.Owner("test", 1))
+            outcome = await store.attempt(session, "new", None, enqueue=False)
+            assert isinstance(outcome, tenure.stores._spi.Grant)
+            assert await store.proclaim(session, "new", outcome.token, "after the upgrade")
+            [info] = await store.locks("new")
+            assert info.value == "after the upgrade"
+        finally:
+            await store.aclose()
+        await held.release()
 
 
 # -- round trips ----------------------------------------------------------------------------
@@ -418,6 +448,94 @@ async def test_reconnects_after_the_server_comes_back(own_server: PostgresServer
             released = anyio.current_time()
             await first.release()
         assert got and got[0] - released < 0.5  # woken by NOTIFY on a new listener
+
+
+# -- leader election ------------------------------------------------------------------------
+
+
+async def test_a_long_value_is_announced_in_parts(postgres: PostgresServer) -> None:
+    """NOTIFY payloads stop at 8000 bytes; a value of 4096 characters may take 4 bytes each, or
+    6 escaped in JSON."""
+    url, _ = fresh_url(postgres)
+    store = PostgresStore.from_url(url)
+    values = ["\U0001f451" * 4096, '"\x01' * 2048, "short"]
+    try:
+        session = await store.open_session(30, tenure.Owner("test", 1))
+        watch = await store.watch("long")
+        outcome = await store.attempt(session, "long", None, enqueue=False)
+        assert isinstance(outcome, tenure.stores._spi.Grant)
+        for value in values:
+            assert await store.proclaim(session, "long", outcome.token, value)
+        changes: list[tenure.stores._spi.Change] = []
+        with anyio.fail_after(10):
+            while len(changes) < 4:
+                changes.extend(await watch.next(5))
+        assert [c.holder.value if c.holder else "?" for c in changes] == [None, *values]
+        [info] = await store.locks("long")
+        assert info.value == "short"
+        await watch.aclose()
+    finally:
+        await store.aclose()
+
+
+async def test_changes_are_announced_only_while_watched(postgres: PostgresServer) -> None:
+    """NOTIFY serialises the commits of all notifying transactions: unwatched, a lock's changes
+    send none."""
+    url, schema = fresh_url(postgres)
+    store = PostgresStore.from_url(url)
+    try:
+        session = await store.open_session(30, tenure.Owner("test", 1))
+        watch = await store.watch("quiet")
+        assert isinstance(watch, tenure.stores.postgres.PostgresWatch)
+        await watch.aclose()
+        await watch.aclose()  # idempotent
+        async with await psycopg.AsyncConnection.connect(postgres.dsn, autocommit=True) as db:
+            await db.execute(
+                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(watch.channel))
+            )
+            query = psycopg.sql.SQL("SELECT count(*) FROM {}.watchers").format(
+                psycopg.sql.Identifier(schema)
+            )
+            assert await (await db.execute(query)).fetchone() == (0,)
+            outcome = await store.attempt(session, "quiet", None, enqueue=False)
+            assert isinstance(outcome, tenure.stores._spi.Grant)
+            await store.release(session, "quiet", outcome.token)
+            assert [n async for n in db.notifies(timeout=0.3)] == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_watch_whose_listener_died_reports_the_state_then(
+    postgres: PostgresServer,
+) -> None:
+    """Changes made while the listening connection was gone are not lost silently: the next
+    call listens again and reports the state as one change; later changes come one by one."""
+    url, _ = fresh_url(postgres)
+    store, other = PostgresStore.from_url(url), PostgresStore.from_url(url)
+    try:
+        session = await other.open_session(30, tenure.Owner("test", 1))
+        watch = await store.watch("died")
+        first = await other.attempt(session, "died", None, enqueue=False)
+        assert isinstance(first, tenure.stores._spi.Grant)
+        with anyio.fail_after(5):
+            [change] = await watch.next(5)
+        assert change.holder is not None and change.holder.token == first.token
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:
+            db.execute("SELECT pg_terminate_backend(%s, 5000)", (store._listen_pid,))  # gone
+        assert await other.proclaim(session, "died", first.token, "unseen")
+        assert await other.proclaim(session, "died", first.token, "missed meanwhile")
+        with anyio.fail_after(5):
+            changes = await watch.next(5)
+        assert [(c.holder.token, c.holder.value) for c in changes if c.holder] == [
+            (first.token, "missed meanwhile")
+        ]
+        await other.release(session, "died", first.token)
+        with anyio.fail_after(5):
+            assert [c.holder for c in await watch.next(5)] == [None]
+        await watch.aclose()
+    finally:
+        await store.aclose()
+        await other.aclose()
 
 
 # -- bad input ----------------------------------------------------------------------------

@@ -17,6 +17,9 @@ import pytest
 
 import tenure
 from tenure import StoreUnavailable
+from tenure.stores import sqlite as sqlite_store
+from tenure.stores._spi import Grant, Owner
+from tenure.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -247,3 +250,179 @@ def test_unreadable_and_read_only_files_are_reported() -> None:
             assert expected in last
     finally:
         shutil.rmtree(top)
+
+
+# -- leader election: values, events and watches ------------------------------------------
+
+SCHEMA_1 = """
+CREATE TABLE tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tenure_sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    boot TEXT NOT NULL, expires REAL NOT NULL, ttl REAL NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, label TEXT NOT NULL);
+CREATE TABLE tenure_tokens (name TEXT PRIMARY KEY, last INTEGER NOT NULL);
+CREATE TABLE tenure_locks (
+    name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL, waiter INTEGER);
+CREATE TABLE tenure_waiters (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL, session INTEGER NOT NULL, wake TEXT NOT NULL);
+INSERT INTO tenure_meta (key, value) VALUES ('schema', '1');
+INSERT INTO tenure_tokens (name, last) VALUES ('old', 7);
+"""
+
+
+def event_count(db: Path, name: str | None = None) -> int:
+    raw = sqlite3.connect(db)
+    try:
+        query = "SELECT count(*) FROM tenure_events WHERE ? IS NULL OR name = ?"
+        return int(raw.execute(query, (name, name)).fetchone()[0])
+    finally:
+        raw.close()
+
+
+async def test_a_schema_1_file_gets_the_value_column(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    raw = sqlite3.connect(db)
+    raw.executescript(SCHEMA_1)
+    raw.close()
+    first, second = SQLiteStore.from_url(url(db)), SQLiteStore.from_url(url(db))  # idempotent
+    try:
+        session = await first.open_session(10, Owner("h", 1))
+        grant = await first.attempt(session, "old", None, False)
+        assert isinstance(grant, Grant) and grant.token == 8  # the old counter carries on
+        assert await second.proclaim(session, "old", grant.token, "v")
+        [info] = await second.locks("old")
+        assert info.value == "v"
+        await first.close_session(session)
+    finally:
+        await first.aclose()
+        await second.aclose()
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT value FROM tenure_meta WHERE key = 'schema'").fetchone() == ("2",)
+    raw.close()
+
+
+async def test_events_stay_bounded_and_a_watch_left_behind_gets_the_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "EVENTS_KEPT", 5)
+    db = tmp_path / "s.db"
+    store = SQLiteStore.from_url(url(db))
+    session = await store.open_session(10, Owner("h", 1))
+    behind = await store.watch("b")
+    try:
+        grant = await store.attempt(session, "b", None, False)
+        assert isinstance(grant, Grant)
+        for i in range(20):
+            assert await store.proclaim(session, "b", grant.token, f"v{i}")
+        assert event_count(db, "b") == 5
+        # 21 changes, 16 of them pruned unread: one change with the state now, not a gap.
+        [change] = await behind.next(1)
+        assert change.holder is not None
+        assert (change.holder.token, change.holder.value) == (grant.token, "v19")
+        assert await behind.next(0.1) == []
+        await store.release(session, "b", grant.token)
+        [freed] = await behind.next(1)
+        assert freed.holder is None
+    finally:
+        await behind.aclose()
+        await store.close_session(session)
+    assert event_count(db) == 0  # the last watch of a name takes its events along
+    assert not list((tmp_path / "s.db-wake").iterdir()), "FIFOs left behind"
+    await store.aclose()
+
+
+async def test_unwatched_names_write_no_events(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    async with tenure.connect_async(url(db)) as client, client.lock("plain", ttl=5):
+        pass
+    assert event_count(db) == 0
+
+
+async def test_a_watcher_in_another_process_sees_every_change(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    script = textwrap.dedent(
+        f"""
+        import anyio
+        from tenure.stores.sqlite import SQLiteStore
+
+        async def main():
+            store = SQLiteStore.from_url({url(db)!r})
+            watch = await store.watch("far")
+            print("ready", flush=True)
+            seen = []
+            with anyio.fail_after(20):
+                while len(seen) < 4:
+                    seen += await watch.next(5)
+            for change in seen:
+                print(None if change.holder is None else (change.holder.token, change.holder.value))
+            await watch.aclose()
+            await store.aclose()
+
+        anyio.run(main)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        store = SQLiteStore.from_url(url(db))
+        session = await store.open_session(10, Owner("h", 1))
+        grant = await store.attempt(session, "far", None, False)
+        assert isinstance(grant, Grant)
+        assert await store.proclaim(session, "far", grant.token, "here")
+        await store.close_session(session)
+        again = await store.open_session(10, Owner("h", 1))
+        second = await store.attempt(again, "far", None, False)
+        assert isinstance(second, Grant)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert out.splitlines() == [
+            f"({grant.token}, None)",
+            f"({grant.token}, 'here')",
+            "None",
+            f"({second.token}, None)",
+        ]
+        await store.close_session(again)
+        await store.aclose()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_killed_watcher_is_dropped(tmp_path: Path) -> None:
+    """A watch whose process died is found by its FIFO without a reader, like a dead waiter."""
+    db = tmp_path / "s.db"
+    script = textwrap.dedent(
+        f"""
+        import anyio, time
+        from tenure.stores.sqlite import SQLiteStore
+
+        async def main():
+            store = SQLiteStore.from_url({url(db)!r})
+            await store.watch("k")
+            print("ready", flush=True)
+            time.sleep(60)
+
+        anyio.run(main)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    proc.kill()
+    proc.wait()
+    store = SQLiteStore.from_url(url(db))
+    try:
+        session = await store.open_session(10, Owner("h", 1))
+        grant = await store.attempt(session, "k", None, False)
+        assert isinstance(grant, Grant)
+        await store.release(session, "k", grant.token)
+        await store.close_session(session)
+    finally:
+        await store.aclose()
+    assert event_count(db) == 0  # nobody watches any more: nothing recorded
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT count(*) FROM tenure_observers").fetchone() == (0,)
+    raw.close()
+    assert not list((tmp_path / "s.db-wake").iterdir())

@@ -69,6 +69,8 @@ class _Commands(click.Group):
         "demo": "demo",
         "dev-cluster": "dev_cluster",
         "chaos": "chaos",
+        "elect": "elect",
+        "leader": "leader",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

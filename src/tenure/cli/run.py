@@ -203,9 +203,19 @@ def _locked_run(
         client.close()
 
 
-def _supervise(lease: tenure.Lease, command: tuple[str, ...], url: str, grace: float) -> int:
+def _supervise(
+    lease: tenure.Lease,
+    command: tuple[str, ...],
+    url: str,
+    grace: float,
+    extra_env: dict[str, str] | None = None,
+    forwarded: list[int] | None = None,
+) -> int:
+    """Run ``command`` while ``lease`` holds; stop it if the lease is lost. The signals passed
+    on to it are added to ``forwarded``."""
     env = dict(os.environ)
     env.update(TENURE_TOKEN=str(lease.token), TENURE_LOCK=lease.name, TENURE_STORE=url)
+    env.update(extra_env or {})
     try:
         with running(command, env) as child:
 
@@ -220,6 +230,8 @@ def _supervise(lease: tenure.Lease, command: tuple[str, ...], url: str, grace: f
 
             lease.on_lost(lost)
             code = child.wait()
+            if forwarded is not None:
+                forwarded.extend(child.forwarded)
     except CommandError as exc:
         error(str(exc))
         return exc.code
@@ -230,4 +242,7 @@ def _supervise(lease: tenure.Lease, command: tuple[str, ...], url: str, grace: f
     return code
 
 
-__all__ = ["WaitReporter", "describe", "run"]
+__all__ = ["Interrupted", "WaitReporter", "describe", "run", "signals_interrupt", "supervise"]
+supervise = _supervise
+signals_interrupt = _signals_interrupt
+check_inputs = _check_inputs

@@ -21,6 +21,14 @@
   connection; a waiter is live while its session is and while that listening connection is
   (``pg_stat_activity``), so a dead process never holds up the queue. When no notification
   comes, the waiter polls (``Busy.retry_in``: when the holder's lease would expire).
+- Leader election: a lock row has a ``value`` (NULL on each new grant), set by ``proclaim``, one
+  function that locks the name's row and checks session, token and expiry. Each change of a
+  lock (grant, hand-over, proclaim, release, closing the session) is announced by its function
+  with a NOTIFY carrying the state after it (JSON), on a channel per name, but only if a watcher
+  is registered in ``watchers``: a NOTIFY serialises the commits of every notifying transaction
+  of the server, so unwatched locks do not pay for it. Watches share the listening connection;
+  registering locks the name's row too, so no change falls between the state a registration
+  sees and the announcements after it. Expiry is not announced (nobody writes it).
 - A grant carries a random request id, stored with the lock: sent again after a dead
   connection it gets the same answer, and a grant whose answer never came is released by it.
 - psycopg's errors are translated here: ``StoreUnavailable`` (one line, password redacted).
@@ -31,6 +39,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import re
 import secrets
 import uuid
@@ -43,7 +53,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._spi import Busy, Capabilities, Grant, LockInfo, Owner, Session, Store
+from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
 
 try:
     import psycopg
@@ -57,9 +67,10 @@ if TYPE_CHECKING:
     from psycopg.sql import Composed
 
 T = TypeVar("T")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: tables only, every call a multi-statement transaction. 2: adds ``locks.request`` and the
-server-side functions below; a version-1 schema is migrated in place (see ``_ensure_schema``)."""
+server-side functions below. 3: leader election: ``locks.value``, ``watchers``, and changes
+announced by NOTIFY. Older schemas are migrated in place (see ``_ensure_schema``)."""
 DEFAULT_SCHEMA = "tenure"
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection, unless the URL sets ``connect_timeout``."""
@@ -69,6 +80,8 @@ RETRIES = 5
 """Times a call is retried after a deadlock or serialization failure."""
 SETUP_LOCK = 0x7465_6E75_7265  # 'tenure': one advisory lock serialises schema creation
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+WAITER_CHANNEL = "tenure_w_"
+WATCH_CHANNEL = "tenure_o_"
 OWN_PARAMS = ("schema",)
 
 # Why one call is one statement and still atomic and serialised: each function below runs
@@ -142,13 +155,15 @@ BEGIN
                 RETURN;
             END IF;
             UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO r_token;
-            INSERT INTO {s}.locks (name, token, session, waiter, request)
-                 VALUES (p_name, r_token, p_id, NULL, p_request)
+            INSERT INTO {s}.locks (name, token, session, waiter, request, value)
+                 VALUES (p_name, r_token, p_id, NULL, p_request, NULL)
                  ON CONFLICT (name) DO UPDATE SET token = excluded.token,
-                    session = excluded.session, waiter = NULL, request = excluded.request;
+                    session = excluded.session, waiter = NULL, request = excluded.request,
+                    value = NULL;
             IF p_seq IS NOT NULL THEN
                 DELETE FROM {s}.waiters WHERE seq = p_seq;
             END IF;
+            PERFORM {s}.announce(p_name);
             r_state := 'granted';
             r_host := NULL; r_pid := NULL; r_label := NULL; r_expires := NULL;
             RETURN;
@@ -200,10 +215,10 @@ BEGIN
         RETURN;
     END IF;
     UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO v_token;
-    INSERT INTO {s}.locks (name, token, session, waiter, request)
-         VALUES (p_name, v_token, v_session, v_seq, NULL)
+    INSERT INTO {s}.locks (name, token, session, waiter, request, value)
+         VALUES (p_name, v_token, v_session, v_seq, NULL, NULL)
          ON CONFLICT (name) DO UPDATE SET token = excluded.token, session = excluded.session,
-            waiter = excluded.waiter, request = NULL;
+            waiter = excluded.waiter, request = NULL, value = NULL;
     PERFORM pg_notify(v_channel, v_seq::text || ' ' || v_token::text);
 END $$;
 
@@ -222,6 +237,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name) THEN
         PERFORM {s}.hand_over(p_name);
     END IF;
+    PERFORM {s}.announce(p_name);  -- freed, or handed over: one change
     RETURN true;
 END $$;
 
@@ -234,6 +250,7 @@ BEGIN
     DELETE FROM {s}.locks l WHERE l.name = p_name AND l.waiter = p_seq;
     IF FOUND THEN
         PERFORM {s}.hand_over(p_name);
+        PERFORM {s}.announce(p_name);
     END IF;
 END $$;
 
@@ -259,9 +276,90 @@ BEGIN
         FOR v_name IN DELETE FROM {s}.locks l WHERE l.session = p_id AND l.name = ANY(v_names)
                       RETURNING l.name LOOP
             PERFORM {s}.hand_over(v_name);
+            PERFORM {s}.announce(v_name);
         END LOOP;
     END LOOP;
     DELETE FROM {s}.sessions WHERE id = p_id;
+END $$;
+
+-- Leader election (version 3). Tell p_name's watchers its state now: a JSON object of token,
+-- value, host, pid, label and expires, empty when free; delivered on commit, in commit order.
+-- Only if someone watches: a NOTIFY serialises the commits of all notifying transactions of
+-- the server. A payload over NOTIFY's 8000 bytes (a long value) goes in numbered parts:
+-- '+<i> ' before each but the last, '$<i> ' before the last (numbered, as NOTIFY drops
+-- duplicates within a transaction).
+CREATE OR REPLACE FUNCTION {s}.announce(p_name text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_channel text;
+    v_payload text;
+    v_parts integer;
+BEGIN
+    FOR v_channel IN SELECT DISTINCT w.channel FROM {s}.watchers w WHERE w.name = p_name LOOP
+        IF v_payload IS NULL THEN
+            SELECT json_build_object('token', l.token, 'value', l.value, 'host', s.host,
+                       'pid', s.pid, 'label', s.label,
+                       'expires', extract(epoch FROM s.expires - clock_timestamp())::float8)
+              INTO v_payload
+              FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session WHERE l.name = p_name;
+            v_payload := coalesce(v_payload, '{{}}');  -- free: an empty object
+            v_parts := ceil(length(v_payload) / 1900.0);  -- 1900 characters < 7600 bytes
+        END IF;
+        IF octet_length(v_payload) < 7900 THEN
+            PERFORM pg_notify(v_channel, v_payload);
+        ELSE
+            FOR i IN 1..v_parts LOOP
+                PERFORM pg_notify(v_channel, CASE WHEN i < v_parts THEN '+' ELSE '$' END
+                    || i || ' ' || substr(v_payload, 1900 * (i - 1) + 1, 1900));
+            END LOOP;
+        END IF;
+    END LOOP;
+END $$;
+
+-- Set p_name's value if session p_id, alive, holds it with p_token, and announce it. The
+-- name's row is locked first, like every change (see watch).
+CREATE OR REPLACE FUNCTION {s}.proclaim(
+    p_id bigint, p_name text, p_token bigint, p_value text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
+    UPDATE {s}.locks l SET value = p_value
+     WHERE l.name = p_name AND l.token = p_token AND l.session = p_id
+       AND EXISTS (SELECT 1 FROM {s}.sessions s
+                    WHERE s.id = p_id AND s.expires > clock_timestamp());
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM {s}.announce(p_name);
+    RETURN true;
+END $$;
+
+-- Register the backend p_listener, LISTENing on p_channel, as a watcher of p_name; return
+-- the lock's state now, then NOTIFY p_mark on the channel. With the name's row locked (shared)
+-- as every change locks it (exclusive), each change either committed before, and is in the
+-- state returned and announced before the mark, or sees this row and is announced after it.
+CREATE OR REPLACE FUNCTION {s}.watch(
+    p_name text, p_channel text, p_listener integer, p_mark text,
+    OUT r_token bigint, OUT r_value text, OUT r_host text, OUT r_pid integer,
+    OUT r_label text, OUT r_expires float8)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR SHARE;
+    IF NOT FOUND THEN
+        INSERT INTO {s}.tokens (name, last) VALUES (p_name, 0) ON CONFLICT (name) DO NOTHING;
+        PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR SHARE;
+    END IF;
+    DELETE FROM {s}.watchers w  -- left by listeners that are gone (they would cost NOTIFYs)
+     WHERE w.name = p_name
+       AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.listener);
+    INSERT INTO {s}.watchers (name, listener, channel) VALUES (p_name, p_listener, p_channel)
+        ON CONFLICT (name, listener) DO NOTHING;
+    SELECT l.token, l.value, s.host, s.pid, s.label,
+           extract(epoch FROM s.expires - clock_timestamp())::float8
+      INTO r_token, r_value, r_host, r_pid, r_label, r_expires
+      FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session
+     WHERE l.name = p_name AND s.expires > clock_timestamp();
+    PERFORM pg_notify(p_channel, json_build_object('mark', p_mark)::text);
 END $$;
 """
 
@@ -277,16 +375,20 @@ CREATE TABLE IF NOT EXISTS {s}.tokens (name text PRIMARY KEY, last bigint NOT NU
 CREATE TABLE IF NOT EXISTS {s}.locks (
     name text PRIMARY KEY, token bigint NOT NULL, session bigint NOT NULL, waiter bigint);
 ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS request bigint;
+ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS value text;
 CREATE INDEX IF NOT EXISTS locks_session ON {s}.locks (session);
 CREATE TABLE IF NOT EXISTS {s}.waiters (
     seq bigserial PRIMARY KEY, name text NOT NULL, session bigint NOT NULL,
     channel text NOT NULL, listener integer NOT NULL);
 CREATE INDEX IF NOT EXISTS waiters_name ON {s}.waiters (name, seq);
 CREATE INDEX IF NOT EXISTS waiters_session ON {s}.waiters (session);
+CREATE TABLE IF NOT EXISTS {s}.watchers (
+    name text NOT NULL, listener integer NOT NULL, channel text NOT NULL,
+    PRIMARY KEY (name, listener));
 """
     + FUNCTIONS
     + """
-INSERT INTO {s}.meta (key, value) VALUES ('schema', '2')
+INSERT INTO {s}.meta (key, value) VALUES ('schema', '3')
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 )
@@ -321,11 +423,22 @@ QUERIES = {
         "SELECT {s}.release(%(id)s::bigint, %(name)s::text, %(token)s::bigint, %(request)s::bigint)"
     ),
     "leave": "SELECT {s}.leave(%(name)s::text, %(seq)s::bigint)",
+    "proclaim": (
+        "SELECT {s}.proclaim(%(id)s::bigint, %(name)s::text, %(token)s::bigint, %(value)s::text)"
+    ),
+    "watch": (
+        "SELECT * FROM {s}.watch(%(name)s::text, %(channel)s::text, %(listener)s::integer,"
+        " %(mark)s::text)"
+    ),
+    "unwatch": (
+        "DELETE FROM {s}.watchers"
+        " WHERE name = %(name)s AND listener = ANY(%(listeners)s::integer[])"
+    ),
     "close": "SELECT {s}.close_session(%(id)s::bigint)",
     "locks": (
         "SELECT l.name, l.token, s.host, s.pid, s.label,"
         " extract(epoch FROM s.expires - clock_timestamp())::float8,"
-        " (SELECT count(*) FROM {s}.waiters w WHERE w.name = l.name)"
+        " (SELECT count(*) FROM {s}.waiters w WHERE w.name = l.name), l.value"
         " FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
         " WHERE s.expires > clock_timestamp() AND (%(name)s::text IS NULL OR l.name = %(name)s)"
         " ORDER BY l.name"
@@ -352,6 +465,42 @@ class Ticket:
     handed: int | None = None
     """The token a release handed us, as its NOTIFY said (committed: NOTIFY comes on commit)."""
     event: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+
+class PostgresWatch(Watch):
+    """The changes of one name, announced on its channel to the store's listening connection.
+
+    If that connection is lost or replaced, ``next`` listens and registers again and reports the
+    state then as one change (the changes missed meanwhile are summed up in it, not each
+    reported); while it cannot, ``next`` raises ``StoreUnavailable``.
+    """
+
+    def __init__(self, store: PostgresStore, name: str) -> None:
+        self.store = store
+        self.name = name
+        digest = hashlib.sha256(f"{store.schema}\0{name}".encode()).hexdigest()
+        self.channel = WATCH_CHANNEL + digest[:32]  # a channel is an identifier: <= 63 bytes
+        self.changes: list[Change] = []
+        self.mark: str | None = ""
+        """Our registration's own NOTIFY, until it comes: what comes before it is older."""
+        self.mark_at = 0
+        """Where in ``changes`` our mark came: the state read by the registration goes there."""
+        self.listener = 0
+        """Backend pid of the listening connection we registered."""
+        self.generation = -1
+        """Of the listening connection we listen on (see ``PostgresStore._listen``)."""
+        self.closed = False
+        self.event = anyio.Event()
+
+    @property
+    def woken(self) -> bool:
+        return bool(self.changes) or self.store._lost_listener(self)
+
+    async def next(self, timeout: float) -> list[Change]:
+        return await self.store._next(self, timeout)
+
+    async def aclose(self) -> None:
+        await self.store._unwatch(self)
 
 
 def redact(url: str) -> str:
@@ -394,11 +543,14 @@ class PostgresStore(Store):
         self._listen_conn: AsyncConnection[Any] | None = None
         self._listen_pid = 0
         self._listening: set[str] = set()  # channels LISTENed on the current connection
+        self._listen_generation = 0  # counts listening connections: a watch knows its own
+        self._watches: dict[str, list[PostgresWatch]] = {}  # channel -> its open watches
+        self._parts: dict[str, list[str]] = {}  # channel -> parts of a long announcement
         self._tickets: dict[str, Ticket] = {}  # channel -> the ticket waiting on it
         self._claimed: set[str] = set()  # channels picked by an attempt not yet returned
         self._early: dict[str, str] = {}  # channel -> a payload that came before its ticket
-        self._waiting: set[Ticket] = set()  # tickets inside wait()
-        self._reader: Ticket | None = None  # the waiter reading notifications for all
+        self._waiting: set[Ticket | PostgresWatch] = set()  # inside wait() or Watch.next()
+        self._reader: Ticket | PostgresWatch | None = None  # reading notifications for all
         self._reading: anyio.CancelScope | None = None
         self._listen_pending = 0
         self._owed: list[Callable[[AsyncConnection[Any]], Awaitable[object]]] = []
@@ -487,7 +639,10 @@ class PostgresStore(Store):
         Version 1 -> 2 adds a nullable column and the functions, nothing else: a client of
         version 1 still connected keeps working beside version 2 (same tables, same per-name
         row lock; it ignores the NOTIFY payload), and a version-1 client connecting afterwards
-        is refused by its own version check.
+        is refused by its own version check. Version 2 -> 3 adds a nullable column, a table and
+        functions, and replaces the bodies of the others, keeping their signatures: a version-2
+        client still connected keeps working (its changes are announced too); one connecting
+        afterwards is refused.
         """
         try:
             version = await self._version(conn)
@@ -684,26 +839,32 @@ class PostgresStore(Store):
         is broken this is plain sleep: polling, until ``attempt`` listens again.
         """
         assert isinstance(ticket, Ticket)
-        self._waiting.add(ticket)
+        try:
+            await self._sleep(ticket, timeout)
+        finally:
+            ticket.woken = False
+
+    async def _sleep(self, waiter: Ticket | PostgresWatch, timeout: float) -> None:
+        """Until ``waiter`` is woken (a waiter's or a watch's notification), or ``timeout``."""
+        self._waiting.add(waiter)
         try:
             with anyio.move_on_after(timeout):
-                while not ticket.woken:
+                while not waiter.woken:
                     conn = self._listen_conn
                     if self._reader is None and conn is not None and not conn.closed:
-                        await self._read_until(ticket, conn)
+                        await self._read_until(waiter, conn)
                     else:
-                        await ticket.event.wait()
-                        ticket.event = anyio.Event()
+                        await waiter.event.wait()
+                        waiter.event = anyio.Event()
         finally:
-            self._waiting.discard(ticket)
-            ticket.woken = False
+            self._waiting.discard(waiter)
             if self._reader is None:
-                for other in self._waiting:  # let another waiter take over the reading
+                for other in self._waiting:  # let another one take over the reading
                     other.event.set()
                     break
 
-    async def _read_until(self, ticket: Ticket, conn: AsyncConnection[Any]) -> None:
-        self._reader = ticket
+    async def _read_until(self, waiter: Ticket | PostgresWatch, conn: AsyncConnection[Any]) -> None:
+        self._reader = waiter
         try:
             async with self._listen_lock:
                 if conn is not self._listen_conn:
@@ -713,11 +874,13 @@ class PostgresStore(Store):
                     if self._listen_pending:
                         scope.cancel()  # someone needs the connection for LISTEN first
                     try:
-                        async with contextlib.aclosing(conn.notifies()) as notes:
-                            async for note in notes:
-                                self._dispatch(note)
-                                if ticket.woken:
-                                    break
+                        while not waiter.woken:
+                            # Whole batches (psycopg >= 3.2): leaving notifies() within one
+                            # drops the rest of it, and a watch must see every announcement.
+                            notes = conn.notifies(stop_after=1)
+                            async with contextlib.aclosing(notes):
+                                async for note in notes:
+                                    self._dispatch(note)
                     finally:
                         self._reading = None
         except (psycopg.Error, OSError):
@@ -727,6 +890,10 @@ class PostgresStore(Store):
 
     def _dispatch(self, note: Notify) -> None:
         self.notifications += 1
+        watches = self._watches.get(note.channel)
+        if watches is not None:
+            self._announced(note.channel, note.payload, watches)
+            return
         ticket = self._tickets.get(note.channel)
         if ticket is not None:
             self._wake(ticket, note.payload)
@@ -747,9 +914,13 @@ class PostgresStore(Store):
         conn = self._listen_conn
         if conn is not None and not conn.closed:
             for channel in self._listening:
-                if channel not in self._tickets and channel not in self._claimed:
+                if (
+                    channel.startswith(WAITER_CHANNEL)
+                    and channel not in self._tickets
+                    and channel not in self._claimed
+                ):
                     return channel
-        return None if listened_only else f"tenure_w_{uuid.uuid4().hex}"
+        return None if listened_only else f"{WAITER_CHANNEL}{uuid.uuid4().hex}"
 
     async def _listen(self, channel: str) -> int:
         """LISTEN on ``channel`` (connecting the listener if needed); its backend pid."""
@@ -767,9 +938,11 @@ class PostgresStore(Store):
                     while True:
                         if conn is None or conn.closed:
                             self._listening = set()
+                            self._parts.clear()  # the rest of those will never come
                             conn = await self._connect()
                             self._listen_conn = conn
                             self._listen_pid = conn.info.backend_pid
+                            self._listen_generation += 1
                         listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
                         try:
                             await conn.execute(listen)
@@ -792,6 +965,10 @@ class PostgresStore(Store):
         if self._listen_conn is conn:
             self._listen_conn = None
             self._listening = set()
+            self._parts.clear()
+            for watches in self._watches.values():
+                for watch in watches:
+                    watch.event.set()  # to listen again and report the state (see next)
         if not conn.closed:
             conn.pgconn.finish()  # what AsyncConnection.close() does, without awaiting
 
@@ -834,13 +1011,157 @@ class PostgresStore(Store):
         async def tx(conn: AsyncConnection[Any]) -> list[LockInfo]:
             cur = await conn.execute(self._q["locks"], {"name": name})
             return [
-                LockInfo(row[0], int(row[1]), Owner(row[2], row[3], row[4]), row[5], int(row[6]))
+                LockInfo(
+                    row[0], int(row[1]), Owner(row[2], row[3], row[4]), row[5], int(row[6]), row[7]
+                )
                 for row in await cur.fetchall()
             ]
 
         return await self._run(tx)
 
+    # -- leader election ------------------------------------------------------------------
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        """One statement: the ``proclaim`` function (checks and sets under the name's lock)."""
+        assert isinstance(session, PostgresSession)
+        if "\0" in value:
+            raise InvalidArgument("a value cannot contain NUL characters in PostgreSQL")
+        params = {"id": session.id, "name": name, "token": token, "value": value}
+        row = await self._run(partial(self._fetch, "proclaim", params))
+        return row is not None and bool(row[0])
+
+    async def watch(self, name: str) -> Watch:
+        """LISTEN on the name's channel (on the store's listening connection), then register
+        as its watcher (see the ``watch`` function): changes after that are announced."""
+        watch = PostgresWatch(self, name)
+        self._watches.setdefault(watch.channel, []).append(watch)
+        try:
+            await self._subscribe(watch, report=False)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._unwatch(watch)
+            raise
+        return watch
+
+    async def _subscribe(self, watch: PostgresWatch, *, report: bool) -> None:
+        """Listen and register; if ``report``, queue the state then as one change, where it
+        belongs: before what is announced after our mark."""
+        watch.mark = ""  # nothing counts until our new mark comes
+        listener = await self._listen(watch.channel)
+        generation = self._listen_generation
+
+        async def register(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
+            watch.mark = uuid.uuid4().hex  # a new one if sent again
+            params = {
+                "name": watch.name,
+                "channel": watch.channel,
+                "listener": listener,
+                "mark": watch.mark,
+            }
+            return await self._one(conn, self._q["watch"], params)
+
+        row = await self._run(register)
+        assert row is not None
+        watch.listener, watch.generation = listener, generation
+        if report:
+            token, value, host, pid, label, expires_in = row
+            holder = None
+            if token is not None:
+                holder = LockInfo(
+                    watch.name, int(token), Owner(host, pid, label), expires_in, 0, value
+                )
+            at = len(watch.changes) if watch.mark is not None else watch.mark_at
+            watch.changes.insert(at, Change(watch.name, holder))
+
+    def _lost_listener(self, watch: PostgresWatch) -> bool:
+        """Whether the connection ``watch`` listens on is gone (or replaced: not listening)."""
+        conn = self._listen_conn
+        return conn is None or conn.closed or watch.generation != self._listen_generation
+
+    async def _next(self, watch: PostgresWatch, timeout: float) -> list[Change]:
+        deadline = anyio.current_time() + timeout
+        while not watch.closed:
+            if not watch.changes and self._lost_listener(watch):
+                await self._subscribe(watch, report=True)  # queues a change, or raises
+            remaining = deadline - anyio.current_time()
+            if watch.changes or remaining <= 0:
+                break
+            await self._sleep(watch, remaining)
+        changes, watch.changes = watch.changes, []
+        return changes
+
+    def _announced(self, channel: str, payload: str, watches: list[PostgresWatch]) -> None:
+        """Queue the change that ``payload`` announces (see the ``announce`` function)."""
+        if payload.startswith(("+", "$")):  # one part of a long one
+            piece = payload.partition(" ")[2]
+            if payload[0] == "+":
+                self._parts.setdefault(channel, []).append(piece)
+                return
+            payload = "".join(self._parts.pop(channel, [])) + piece
+        try:
+            data = json.loads(payload)
+            if "mark" in data:
+                for watch in watches:
+                    if watch.mark == data["mark"]:
+                        watch.mark, watch.mark_at = None, len(watch.changes)
+                return
+            holder = None
+            if "token" in data:
+                owner = Owner(str(data["host"]), int(data["pid"]), str(data["label"]))
+                value = data["value"]
+                holder = LockInfo(
+                    watches[0].name, int(data["token"]), owner, float(data["expires"]), 0, value
+                )
+        except (ValueError, TypeError, KeyError):
+            return  # not ours: anyone may NOTIFY any channel
+        for watch in watches:
+            if watch.mark is None:
+                watch.changes.append(Change(watch.name, holder))
+                watch.event.set()
+
+    async def _unwatch(self, watch: PostgresWatch) -> None:
+        """Stop listening and unregister once the name's last watch here closes (best effort:
+        what is left is dropped when the listening connection ends)."""
+        if watch.closed:
+            return
+        watch.closed = True
+        watch.event.set()
+        watches = self._watches.get(watch.channel, [])
+        if watch in watches:
+            watches.remove(watch)
+        if watches:
+            return  # others here still watch the name
+        self._watches.pop(watch.channel, None)
+        self._parts.pop(watch.channel, None)
+        await self._unlisten(watch.channel)
+        listeners = [watch.listener, self._listen_pid]
+        unwatch = partial(self._fetch, "unwatch", {"name": watch.name, "listeners": listeners})
+        with contextlib.suppress(StoreUnavailable):
+            await self._run(unwatch)
+
+    async def _unlisten(self, channel: str) -> None:
+        conn = self._listen_conn
+        if conn is None or conn.closed or channel not in self._listening:
+            return
+        self._listen_pending += 1
+        try:
+            if self._reading is not None:
+                self._reading.cancel()  # the reader gives the connection up for a moment
+            async with self._listen_lock:
+                if conn is self._listen_conn and not conn.closed:
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+                    self._listening.discard(channel)
+        except (psycopg.Error, TimeoutError, OSError):
+            self._drop_listener(conn)
+        finally:
+            self._listen_pending -= 1
+
     async def aclose(self) -> None:
+        for watches in self._watches.values():
+            for watch in watches:
+                watch.closed = True  # their registrations go with the listening connection
+        self._watches.clear()
         await self._drop_command_connection()
         if self._listen_conn is not None:
             self._drop_listener(self._listen_conn)

@@ -10,6 +10,11 @@
   waiter only: SQLite has no notifications, so each waiter listens on its own FIFO. The woken
   waiter just reads its grant; nobody can barge in between. A waiter also wakes when the
   holder's lease could expire (a crashed holder releases nothing), and at least every few seconds.
+- Leader election: the holder may ``proclaim`` a value (a column of its lock row). Watches are
+  FIFOs too, one per watch, listed in ``tenure_observers``. Every transaction that changes a
+  watched name appends the new state to ``tenure_events`` (so nothing is missed between two
+  reads of a watch, even from other processes) and, after commit, writes one byte to each
+  watch's FIFO. Unwatched names cost one indexed read and write no events.
 - "database is locked" never reaches the user: busy transactions are retried here.
 """
 
@@ -32,7 +37,7 @@ import platformdirs
 
 from .._clock import REAL_CLOCK
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._spi import Busy, Capabilities, Grant, LockInfo, Owner, Session, Store
+from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
 
 T = TypeVar("T")
 BUSY_GIVE_UP = 60.0
@@ -47,13 +52,25 @@ CREATE TABLE IF NOT EXISTS tenure_sessions (
 CREATE TABLE IF NOT EXISTS tenure_tokens (name TEXT PRIMARY KEY, last INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_locks (
     name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL,
-    waiter INTEGER);
+    waiter INTEGER, value TEXT);
 CREATE TABLE IF NOT EXISTS tenure_waiters (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL, session INTEGER NOT NULL, wake TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS tenure_waiters_name ON tenure_waiters (name, seq);
-INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '1');
+CREATE TABLE IF NOT EXISTS tenure_observers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, wake TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS tenure_observers_name ON tenure_observers (name);
+CREATE TABLE IF NOT EXISTS tenure_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, prev INTEGER NOT NULL, name TEXT NOT NULL,
+    token INTEGER, value TEXT, host TEXT, pid INTEGER, label TEXT, expires REAL, waiters INTEGER);
+CREATE INDEX IF NOT EXISTS tenure_events_name ON tenure_events (name, seq);
+INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '2');
 """
+# tenure_events: ``token`` NULL means freed; ``prev`` is the seq of the name's previous event
+# (0: none), so a watch can tell that pruning removed events it had not read yet.
+
+EVENTS_KEPT = 100
+"""Events kept per name: a watch further behind than this reports the current state instead."""
 
 LIVE = "s.boot = :boot AND s.expires > :now"
 
@@ -81,6 +98,25 @@ def _with_busy_retry(fn: Callable[[], object]) -> None:
             if not _is_busy(exc) or time.monotonic() > give_up:
                 raise
             time.sleep(0.005)
+
+
+def _has_value_column(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "value" for row in db.execute("PRAGMA table_info(tenure_locks)"))
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Schema 1 -> 2: the lock's proclaimed value. Checked again under the write lock, as
+    another process may be upgrading the same file right now."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_value_column(db):
+            db.execute("ALTER TABLE tenure_locks ADD COLUMN value TEXT")
+            db.execute("UPDATE tenure_meta SET value = '2' WHERE key = 'schema'")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def default_path() -> Path:
@@ -122,6 +158,9 @@ class SQLiteStore(Store):
         self.wake_dir = path.with_name(path.name + "-wake")
         self._boot = boot_id()
         self._spare: list[tuple[Path, int]] = []  # FIFOs kept open for reuse by later waits
+        # Within one transaction: per name changed, whether it is watched and the write ends of
+        # its watches' FIFOs, written once the transaction has committed.
+        self._observed: dict[str, tuple[bool, list[int]]] | None = None
         self._db = self._open()
 
     @classmethod
@@ -162,6 +201,8 @@ class SQLiteStore(Store):
             _with_busy_retry(lambda: db.execute("PRAGMA journal_mode=WAL"))
             db.execute("PRAGMA synchronous=FULL")
             _with_busy_retry(lambda: db.executescript(SCHEMA))
+            if not _has_value_column(db):
+                _with_busy_retry(lambda: _upgrade(db))
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         except StoreUnavailable:
@@ -202,15 +243,23 @@ class SQLiteStore(Store):
                 continue
             except sqlite3.Error as exc:
                 raise self._translate(exc) from None
+            observed: dict[str, tuple[bool, list[int]]] = {}
+            self._observed = observed
             try:
                 result = fn(db, REAL_CLOCK.now())
                 db.execute("COMMIT")
             except BaseException as exc:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
+                for _watched, fds in observed.values():
+                    for fd in fds:
+                        os.close(fd)
                 if isinstance(exc, sqlite3.Error):
                     raise self._translate(exc) from None
                 raise
+            finally:
+                self._observed = None
+            self._wake([fd for _watched, fds in observed.values() for fd in fds])
             return result
 
     def _params(self, now: float, **more: object) -> dict[str, object]:
@@ -235,9 +284,14 @@ class SQLiteStore(Store):
         """Forget expired sessions and what they held (their counters stay)."""
         dead = "SELECT id FROM tenure_sessions s WHERE NOT (" + LIVE + ")"
         params = self._params(now)
-        db.execute(f"DELETE FROM tenure_locks WHERE session IN ({dead})", params)
+        freed = db.execute(
+            f"DELETE FROM tenure_locks WHERE session IN ({dead}) RETURNING name", params
+        )
+        names = [row[0] for row in freed.fetchall()]
         db.execute(f"DELETE FROM tenure_waiters WHERE session IN ({dead})", params)
         db.execute("DELETE FROM tenure_sessions AS s WHERE NOT (" + LIVE + ")", params)
+        for name in names:
+            self._record(db, name, now)
 
     async def keep_alive(self, session: Session) -> bool:
         assert isinstance(session, SQLiteSession)
@@ -260,7 +314,12 @@ class SQLiteStore(Store):
             db.execute("DELETE FROM tenure_locks WHERE session = ?", (session.id,))
             db.execute("DELETE FROM tenure_waiters WHERE session = ?", (session.id,))
             db.execute("DELETE FROM tenure_sessions WHERE id = ?", (session.id,))
-            return [fd for name in names if (fd := self._hand_over(db, name, now)) is not None]
+            fds = []
+            for name in names:
+                self._record(db, name, now)
+                if (fd := self._hand_over(db, name, now)) is not None:
+                    fds.append(fd)
+            return fds
 
         self._wake(await self._transaction(tx))
 
@@ -342,15 +401,15 @@ class SQLiteStore(Store):
     def _holder(self, db: sqlite3.Connection, name: str, now: float) -> LockInfo | None:
         row = db.execute(
             "SELECT l.token, s.host, s.pid, s.label, s.expires,"
-            " (SELECT count(*) FROM tenure_waiters w WHERE w.name = l.name)"
+            " (SELECT count(*) FROM tenure_waiters w WHERE w.name = l.name), l.value"
             " FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
             " WHERE l.name = :name AND " + LIVE,
             self._params(now, name=name),
         ).fetchone()
         if row is None:
             return None
-        token, host, pid, label, expires, waiters = row
-        return LockInfo(name, token, Owner(host, pid, label), expires - now, waiters)
+        token, host, pid, label, expires, waiters, value = row
+        return LockInfo(name, token, Owner(host, pid, label), expires - now, waiters, value)
 
     def _grant(
         self,
@@ -369,13 +428,16 @@ class SQLiteStore(Store):
         if renewed.rowcount != 1:
             raise SessionGone
         token = self._next_token(db, name)
-        # REPLACE: a row left by an expired holder goes in the same statement.
+        # A row left by an expired holder (the caller saw no live one): freeing it is a change.
+        if db.execute("DELETE FROM tenure_locks WHERE name = ?", (name,)).rowcount:
+            self._record(db, name, now)
         db.execute(
-            "INSERT OR REPLACE INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
+            "INSERT INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
             (name, token, session.id),
         )
         if ticket is not None:
             db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (ticket.seq,))
+        self._record(db, name, now)
         return Grant(token=token, renewed_session=True)
 
     @staticmethod
@@ -416,6 +478,7 @@ class SQLiteStore(Store):
             )
             if handed.rowcount == 0:
                 return []
+            self._record(db, ticket.name, now)
             fd = self._hand_over(db, ticket.name, now)
             return [] if fd is None else [fd]
 
@@ -432,6 +495,7 @@ class SQLiteStore(Store):
             )
             if cur.rowcount == 0:
                 return []  # not ours (any more): nothing to release, nobody to wake
+            self._record(db, name, now)
             fd = self._hand_over(db, name, now)
             return [] if fd is None else [fd]
 
@@ -454,6 +518,144 @@ class SQLiteStore(Store):
         while self._spare:
             self._drop_fifo(*self._spare.pop())
         self._db.close()
+
+    # -- leader election -----------------------------------------------------------------
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        assert isinstance(session, SQLiteSession)
+
+        def tx(db: sqlite3.Connection, now: float) -> bool:
+            # The check (this session, alive, with this token) and the write are one statement.
+            cur = db.execute(
+                "UPDATE tenure_locks SET value = :value"
+                " WHERE name = :name AND token = :token AND session = :id AND session IN"
+                " (SELECT id FROM tenure_sessions s WHERE " + LIVE + ")",
+                self._params(now, value=value, name=name, token=token, id=session.id),
+            )
+            if cur.rowcount != 1:
+                return False
+            self._record(db, name, now)
+            return True
+
+        return await self._transaction(tx)
+
+    async def watch(self, name: str) -> Watch:
+        wake, fd = self._make_fifo()  # listening before the row exists: writers never skip it
+
+        def tx(db: sqlite3.Connection, now: float) -> tuple[int, int]:
+            cur = db.execute(
+                "INSERT INTO tenure_observers (name, wake) VALUES (?, ?)", (name, wake.name)
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid, self._last_event(db, name)
+
+        try:
+            row, seen = await self._transaction(tx)
+        except BaseException:
+            self._drop_fifo(wake, fd)
+            raise
+        return SQLiteWatch(self, name, row, seen, wake, fd)
+
+    @staticmethod
+    def _last_event(db: sqlite3.Connection, name: str) -> int:
+        query = "SELECT coalesce(max(seq), 0) FROM tenure_events WHERE name = ?"
+        return int(db.execute(query, (name,)).fetchone()[0])
+
+    def _record(self, db: sqlite3.Connection, name: str, now: float) -> None:
+        """Inside a transaction that changed ``name``: append its new state for its watches (if
+        it has any), keep only the newest events, and have the watches woken after commit."""
+        assert self._observed is not None, "only inside _transaction"
+        if name not in self._observed:
+            self._observed[name] = self._observers(db, name)
+        watched, _fds = self._observed[name]
+        if not watched:
+            return  # a watch only reports changes after it subscribed: no event needed
+        info = self._holder(db, name, now)
+        db.execute(
+            "INSERT INTO tenure_events"
+            " (prev, name, token, value, host, pid, label, expires, waiters)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self._last_event(db, name), name)
+            + (
+                (None,) * 7
+                if info is None
+                else (
+                    info.token,
+                    info.value,
+                    info.owner.host,
+                    info.owner.pid,
+                    info.owner.label,
+                    now + info.expires_in,
+                    info.waiters,
+                )
+            ),
+        )
+        db.execute(
+            "DELETE FROM tenure_events WHERE name = :name AND seq <= (SELECT seq FROM"
+            " tenure_events WHERE name = :name ORDER BY seq DESC LIMIT 1 OFFSET :keep)",
+            {"name": name, "keep": EVENTS_KEPT},
+        )
+
+    def _observers(self, db: sqlite3.Connection, name: str) -> tuple[bool, list[int]]:
+        """Whether ``name`` has live watches, and the write ends of their FIFOs. A watch whose
+        FIFO nobody reads (its process is gone) is dropped."""
+        query = "SELECT id, wake FROM tenure_observers WHERE name = ?"
+        watched, fds = False, []
+        for row, wake in db.execute(query, (name,)).fetchall():
+            try:
+                fd = self._open_fifo(wake)
+            except OSError:
+                # Cannot wake it now (e.g. out of descriptors): it still gets its events, at
+                # its next read. A watch never fails the lock operation itself.
+                watched = True
+                continue
+            if fd is None:
+                db.execute("DELETE FROM tenure_observers WHERE id = ?", (row,))
+                continue
+            watched = True
+            fds.append(fd)
+        return watched, fds
+
+    def _changes(self, name: str, seen: int) -> tuple[list[Change], int]:
+        """The changes of ``name`` after event ``seen``, and the last event now seen."""
+        db = self._db
+        now = REAL_CLOCK.now()
+        try:
+            rows = db.execute(
+                "SELECT seq, prev, token, value, host, pid, label, expires, waiters"
+                " FROM tenure_events WHERE name = ? AND seq > ? ORDER BY seq",
+                (name, seen),
+            ).fetchall()
+            if rows and rows[0][1] != seen:
+                # Events this watch had not read were pruned: rather than skip some silently,
+                # report where the lock stands now as one change.
+                db.execute("BEGIN")
+                try:
+                    holder = self._holder(db, name, now)
+                    last = self._last_event(db, name)
+                finally:
+                    db.execute("COMMIT")
+                return [Change(name, holder)], last
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        changes = []
+        for _seq, _prev, token, value, host, pid, label, expires, waiters in rows:
+            holder = None
+            if token is not None:
+                owner = Owner(host, pid, label)
+                holder = LockInfo(name, token, owner, max(0.0, expires - now), waiters, value)
+            changes.append(Change(name, holder))
+        return changes, rows[-1][0] if rows else seen
+
+    async def _unwatch(self, name: str, row: int) -> None:
+        def tx(db: sqlite3.Connection, now: float) -> None:
+            db.execute("DELETE FROM tenure_observers WHERE id = ?", (row,))
+            query = "SELECT 1 FROM tenure_observers WHERE name = ?"
+            if db.execute(query, (name,)).fetchone() is None:
+                # The last watch of the name: its events are of no use to anyone any more.
+                db.execute("DELETE FROM tenure_events WHERE name = ?", (name,))
+
+        await self._transaction(tx)
 
     # -- waking --------------------------------------------------------------------------
 
@@ -496,11 +698,21 @@ class SQLiteStore(Store):
         """The write end of a waiter's FIFO; None (and its queue row dropped) if nobody reads
         it any more: its process is gone, though its session has not expired yet."""
         try:
+            fd = self._open_fifo(wake)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot wake a waiter in {self.wake_dir}: {exc}") from None
+        if fd is None:
+            db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
+        return fd
+
+    def _open_fifo(self, wake: str) -> int | None:
+        """The write end of a FIFO in the wake directory; None (and the FIFO removed) if nobody
+        reads it any more. Other errors are raised."""
+        try:
             return os.open(self.wake_dir / wake, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:
             if exc.errno not in (errno.ENXIO, errno.ENOENT):
-                raise StoreUnavailable(f"cannot wake a waiter in {self.wake_dir}: {exc}") from None
-        db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
+                raise
         with contextlib.suppress(OSError):
             (self.wake_dir / wake).unlink()
         return None
@@ -537,16 +749,60 @@ class SQLiteStore(Store):
                 " VALUES (?, ?, ?, ?)",
                 (name, token, session, seq),
             )
+            self._record(db, name, now)
             return fd
         return None
 
     @staticmethod
     def _wake(fds: list[int]) -> None:
-        """After commit: one byte to each handed-to waiter's FIFO."""
+        """After commit: one byte to each handed-to waiter's or watch's FIFO."""
         for fd in fds:
             try:
                 os.write(fd, b"!")
             except BlockingIOError:
                 pass  # its pipe is full of earlier wake-ups: it wakes anyway
+            except OSError:
+                pass  # its reader went away since the check (EPIPE): nobody left to wake
             finally:
                 os.close(fd)
+
+
+class SQLiteWatch(Watch):
+    """Reads the name's events after the last one it saw; waits on its own FIFO for more."""
+
+    def __init__(
+        self, store: SQLiteStore, name: str, row: int, seen: int, wake: Path, fd: int
+    ) -> None:
+        self._store = store
+        self._name = name
+        self._row = row
+        self._seen = seen
+        self._wake = wake
+        self._fd = fd
+        self._closed = False
+
+    async def next(self, timeout: float) -> list[Change]:
+        if self._closed:
+            raise RuntimeError("this watch is closed")
+        deadline = anyio.current_time() + timeout
+        while True:
+            # Drain before reading: a byte written after this read (after its commit) wakes us.
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._fd, 4096)
+            changes, self._seen = self._store._changes(self._name, self._seen)
+            left = deadline - anyio.current_time()
+            if changes or left <= 0:
+                return changes
+            with anyio.move_on_after(left):
+                await anyio.wait_readable(self._fd)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._store._unwatch(self._name, self._row)
+        except StoreUnavailable:
+            pass  # its FIFO goes below: the next writer of the name drops the row as dead
+        finally:
+            self._store._drop_fifo(self._wake, self._fd)

@@ -1,0 +1,97 @@
+"""``tenure elect NAME -- CMD``: every server runs the same line; the one that leads runs CMD.
+
+The leader's command gets TENURE_TERM (its fencing token) besides what ``tenure run`` gives. On
+loss of leadership the command's process group is stopped (SIGTERM, SIGKILL after --grace) and
+tenure campaigns again; when the command exits, tenure resigns and exits with its code, or with
+``--restart`` keeps leading and starts it again.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import click
+
+import tenure
+
+from .._child import CommandError, resolve_command
+from .._election import check_value
+from . import EXIT_CODES_HELP, EXIT_LOST, EXIT_SIGNAL_BASE, error, store_option
+from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt, supervise
+
+
+@click.command(
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--value", default=None, help="What to proclaim as leader (default: this host's name)."
+)
+@click.option("--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S")
+@click.option(
+    "--grace",
+    type=float,
+    default=DEFAULT_GRACE,
+    show_default=True,
+    metavar="S",
+    help="On lost leadership: seconds between SIGTERM and SIGKILL to the command.",
+)
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="When the command exits, keep leading and start it again (default: resign and exit "
+    "with its code).",
+)
+@store_option
+@click.option("--label", default="", help="A label shown by 'tenure leader' and 'tenure ls'.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not report terms won and lost.")
+def elect(
+    name: str,
+    command: tuple[str, ...],
+    value: str | None,
+    ttl: float,
+    grace: float,
+    restart: bool,
+    store: str | None,
+    label: str,
+    quiet: bool,
+) -> int:
+    """Campaign for leadership of NAME and run COMMAND while leading (put -- before it)."""
+    check_inputs(name, ttl, None, grace, label)
+    value = check_value(socket.gethostname() if value is None else value)
+    try:
+        resolve_command(command[0])
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    client = tenure.connect(store, label=label)
+    try:
+        while True:
+            try:
+                with signals_interrupt():
+                    leadership = client.campaign(name, value, ttl)
+            except Interrupted as exc:
+                if not quiet:
+                    what = signal.Signals(exc.signum).name
+                    click.echo(f"tenure: interrupted by {what}; not leading {name!r}", err=True)
+                return EXIT_SIGNAL_BASE + exc.signum
+            if not quiet:
+                click.echo(f"tenure: leading {name!r} (term {leadership.term})", err=True)
+            try:
+                code, signals = EXIT_LOST, list[int]()
+                while not leadership.lost:
+                    env = {"TENURE_TERM": str(leadership.term), "TENURE_ELECTION": name}
+                    code = supervise(leadership, command, client.url, grace, env, signals)
+                    if code == EXIT_LOST or not restart or signals:
+                        break  # a signal for tenure ends it, --restart or not
+            finally:
+                leadership.resign()
+            if code != EXIT_LOST and not leadership.lost:
+                return code
+            if not quiet:
+                click.echo(f"tenure: lost {name!r} (term {leadership.term}); campaigning", err=True)
+    finally:
+        client.close()

@@ -1,0 +1,152 @@
+"""Leader election on every store: terms, values, resign, loss before the next term, observe."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+import tenure
+from tenure import AsyncClient, InvalidArgument, Leader, LeaseLost, NotAcquired
+from tenure._url import open_store
+from tenure.testing import FaultyStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _election_stores(store_url: str) -> None:
+    if store_url.startswith("etcd"):
+        pytest.skip("election on etcd is not built yet")
+
+
+async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
+    async with (
+        tenure.connect_async(store_url, label="a") as a,
+        tenure.connect_async(store_url, label="b") as b,
+    ):
+        assert await a.leader("e") is None
+        first = await a.campaign("e", "host-a:8080", ttl=10)
+        assert first.value == "host-a:8080" and first.term == first.token
+        now = await b.leader("e")
+        assert now is not None
+        assert (now.name, now.term, now.value, now.holder.label) == (
+            "e",
+            first.term,
+            "host-a:8080",
+            "a",
+        )
+        with pytest.raises(NotAcquired):
+            await b.campaign("e", "host-b", ttl=10, timeout=0.2)
+        async with anyio.create_task_group() as tg:
+            won: list[tenure.AsyncLeadership] = []
+
+            async def follower() -> None:
+                won.append(await b.campaign("e", "host-b", ttl=10))
+
+            tg.start_soon(follower)
+            await anyio.sleep(0.2)
+            assert not won
+            await first.resign()
+        [second] = won
+        assert second.term > first.term
+        assert first.released and not first.lost
+        assert (await a.leader("e")) == Leader("e", second.term, "host-b", b.owner)
+        await second.resign()
+        assert await a.leader("e") is None
+
+
+async def test_proclaim_keeps_the_term(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a:
+        lead = await a.campaign("p", "v1", ttl=10)
+        await lead.proclaim("v2 ✓")
+        now = await a.leader("p")
+        assert now is not None and (now.term, now.value) == (lead.term, "v2 ✓")
+        await lead.resign()
+        with pytest.raises(LeaseLost):
+            await lead.proclaim("too late")
+
+
+async def test_bad_values_are_refused_before_anything_is_taken(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a:
+        for bad in ("x" * 5000, "nul\x00", 42):
+            with pytest.raises(InvalidArgument):
+                await a.campaign("bad", bad, ttl=5)  # type: ignore[arg-type]
+        assert await a.leader("bad") is None
+
+
+async def test_observe_reports_every_term_woken_by_the_store(store_url: str) -> None:
+    """Each change arrives well before any re-read could find it (TTL 30 s, safety nap 10 s):
+    the store's watch or notification woke the observer."""
+    async with (
+        tenure.connect_async(store_url) as a,
+        tenure.connect_async(store_url) as b,
+    ):
+        seen: list[tuple[int, str | None] | None] = []
+
+        async def watcher() -> None:
+            async for now in b.observe("o"):
+                seen.append(None if now is None else (now.term, now.value))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher)
+            with anyio.fail_after(3):
+                while not seen:
+                    await anyio.sleep(0.01)
+            one = await a.campaign("o", "one", ttl=30)
+            await one.proclaim("one'")
+            await one.resign()
+            two = await a.campaign("o", "two", ttl=30)
+            await two.resign()
+            with anyio.fail_after(3):
+                while len(seen) < 6:
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        assert seen[0] is None
+        terms = [s for s in seen[1:] if s is not None]
+        assert terms[-1] == (two.term, "two")
+        assert (one.term, "one'") in terms and one.term < two.term
+        assert [s[0] for s in terms] == sorted(s[0] for s in terms)  # terms never go back
+        assert None in seen[1:], "the resignations between terms were seen"
+
+
+async def test_a_leader_that_cannot_renew_steps_down_before_the_next_term(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as a, tenure.connect_async(store_url) as b:
+        first = await a.campaign("crash", "a", ttl=1)
+        lost_at: list[float] = []
+        first.on_lost(lambda _: lost_at.append(anyio.current_time()))
+        faulty.hang_keep_alive = True
+        second = await b.campaign("crash", "b", ttl=1, timeout=10)
+        elected_at = anyio.current_time()
+        assert lost_at and lost_at[0] < elected_at  # rule 5: gone before the next term
+        assert second.term > first.term
+        await second.resign()
+
+
+async def test_lead_block_is_cancelled_on_loss(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty) as a:
+        with pytest.raises(LeaseLost):
+            async with a.lead("blk", "a", ttl=1):
+                faulty.hang_keep_alive = True
+                await anyio.sleep(30)
+
+
+def test_sync_api(store_url: str) -> None:
+    with tenure.connect(store_url) as a, tenure.connect(store_url) as b:
+        seen: list[Leader | None] = []
+        observing = b.observe("s")
+        seen.append(next(observing))
+        with a.lead("s", "sync-leader", ttl=10) as lead:
+            assert isinstance(lead, tenure.Leadership) and lead.value == "sync-leader"
+            lead.proclaim("changed")
+            while seen[-1] is None or seen[-1].value != "changed":
+                seen.append(next(observing))
+            assert b.leader("s") == seen[-1]
+        observing.close()
+        assert seen[0] is None
+        last = seen[-1]
+        assert last is not None and (last.term, last.value) == (lead.term, "changed")
+        assert threading.active_count() < 50
