@@ -172,3 +172,19 @@ def test_postgres_restart_fenced_is_safe(
         postgres.start()
     faulted(report, "store-restart")
     assert_safe(report)
+
+
+# -- leader election (the election log, written by leaders elected with campaign) ---------------
+
+
+@pytest.mark.parametrize(
+    ("store", "scenario"), [("sqlite", "kill-in-txn"), ("postgres", "partition")]
+)
+def test_election_log_under_faults(
+    tmp_path: Path, store: str, scenario: str, request: pytest.FixtureRequest
+) -> None:
+    """At most one leader per term, terms never going back, whatever happens to the leaders."""
+    url = request.getfixturevalue(f"{store}_store_url")
+    report = chaos(tmp_path, scenario, url, workload="election")
+    faulted(report, SCENARIOS[scenario].faults[0].replace("kill-any", "kill"))
+    assert_safe(report)

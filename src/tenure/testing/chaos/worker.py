@@ -13,8 +13,8 @@ Workloads (the step done while holding the lock):
 
 counter   read the counter, think, write value+1.
 set       read the set, think, write it back with one new element.
-election  the holder leads for its term (the token): it appends 10–30 (term, leader, n)
-          entries to a log, one every ttl/10, then steps down.
+election  each worker campaigns (``client.campaign``); the leader appends 10–30
+          (term, leader, n) entries to a log, one every ttl/10, then resigns.
 guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
           only while the store still says the token holds the lock, checked in the write's own
           transaction (``--unfenced``: the same write without that check).
@@ -137,7 +137,13 @@ class Worker:
         self.rec.record("acquire", "invoke", value={"name": name})
         timeout = max(0.1, self.args.until - time.monotonic())
         try:
-            lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
+            lease: tenure.Lease
+            if self.args.workload == "election":  # a campaign: the term is the token
+                lease = self.client.campaign(
+                    name, self.args.process, self.args.ttl, timeout=timeout
+                )
+            else:
+                lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
         except tenure.NotAcquired:
             self.rec.record("acquire", "fail", error="timeout")
             return None
