@@ -18,7 +18,7 @@ from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureErro
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0
 EXIT_NOT_HELD = 1
-"""``tenure ls NAME``: the lock is not held."""
+"""``tenure ls NAME``: the lock is not held; ``tenure leader NAME``: nobody leads."""
 EXIT_VIOLATION = 1
 """``tenure chaos``: the checkers found at least one violation."""
 EXIT_USAGE = 2
@@ -39,7 +39,8 @@ EXIT_SIGNAL_BASE = 128
 EXIT_CODES_HELP = """\b
 Exit codes:
   0-125    tenure run: the command's own exit code
-  1        tenure ls NAME: the lock is not held; tenure chaos: a violation was found
+  1        tenure ls NAME: not held; tenure leader NAME: nobody leads; tenure chaos:
+           a violation was found
   2        bad input (option, TTL, timeout, lock name, store URL)
   69       the store is unavailable (cannot be opened, read or written)
   75       busy: not acquired (--no-wait, or --timeout passed)
