@@ -1,0 +1,140 @@
+"""Leader fail-over: from the leader's end to the new leader's first fenced write.
+
+    .venv/bin/python benchmarks/bench_election.py [--rounds 5] [--ttl 2]
+
+For each store (the embedded SQLite file, and a PostgreSQL server started on loopback), a
+leader process campaigns and leads; a follower in this process campaigns and, once elected,
+makes one fenced write (``tenure.fence`` on a local SQLite resource) with its term. Three ways
+for the leader to go:
+
+- resign: the leader resigns (graceful; the next leader is granted at once),
+- SIGKILL: the leader process is killed (the store expires its lease after the TTL),
+- partition: the leader's link to the store is blackholed (PostgreSQL; a TCP proxy): the
+  leader notices by its own deadline and the store expires its lease later — the gap between
+  the old leader stopping and the new one writing is shown (it must be positive).
+
+Times are CLOCK_MONOTONIC stamps shared by the processes of this host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import tenure
+from tenure.fence import SQLFence
+from tenure.testing.postgres_server import PostgresServer
+from tenure.testing.proxy import ChaosProxy
+
+LEADER = textwrap.dedent(
+    """
+    import sys, time, tenure
+    client = tenure.connect(sys.argv[1])
+    lead = client.campaign("bench", "old", ttl=float(sys.argv[2]))
+    lead.on_lost(lambda _: print("lost", time.monotonic(), flush=True))
+    print("leading", lead.term, flush=True)
+    if sys.stdin.readline().strip() == "resign":
+        t = time.monotonic()
+        lead.resign()
+        print("resigned", t, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def fenced_write(resource: str, fence: str, term: int) -> float:
+    db = sqlite3.connect(resource, isolation_level=None)
+    try:
+        with SQLFence().fenced(db, fence, term) as cur:
+            cur.execute("INSERT INTO log VALUES (?)", (term,))
+        return time.monotonic()
+    finally:
+        db.close()
+
+
+def one_round(
+    url: str, leader_url: str, how: str, ttl: float, resource: str, proxy: object | None
+) -> tuple[float, float | None]:
+    """Seconds from the leader's end to the new leader's first fenced write, and the gap
+    between the old leader noticing its loss and that write (partition only)."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER, leader_url, str(ttl)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert leader.stdout is not None and leader.stdin is not None
+    try:
+        assert leader.stdout.readline().startswith("leading")
+        with tenure.connect(url) as follower:
+            if how == "resign":
+                leader.stdin.write("resign\n")
+                leader.stdin.flush()
+                start = float(leader.stdout.readline().split()[1])
+            elif how == "kill":
+                start = time.monotonic()
+                leader.kill()
+            else:
+                start = time.monotonic()
+                proxy.set_mode("blackhole")  # type: ignore[attr-defined]
+            lead = follower.campaign("bench", "new", ttl=ttl, timeout=30)
+            written = fenced_write(resource, url, lead.term)  # one fence per store
+            lead.resign()
+        lost_gap = None
+        if how == "partition":
+            line = leader.stdout.readline().split()
+            lost_gap = written - float(line[1]) if line and line[0] == "lost" else None
+        return written - start, lost_gap
+    finally:
+        leader.kill()
+        leader.wait()
+        if proxy is not None:
+            proxy.heal()  # type: ignore[attr-defined]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ttl", type=float, default=2.0)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-election-"))
+    resource = str(tmp / "resource.db")
+    db = sqlite3.connect(resource)
+    db.execute("CREATE TABLE log (term INTEGER)")
+    SQLFence().ensure_table(db)
+    db.close()
+    print(f"fail-over, TTL {args.ttl:g} s, median (min-max) of {args.rounds} rounds")
+    head = ("store", "how", "to first fenced write", "old leader stopped first by")
+    print(f"{head[0]:<12}{head[1]:<11}{head[2]:>24}{head[3]:>30}")
+    with PostgresServer() as pg:
+        host, port = pg.dsn.rsplit("@", 1)[1].split("/")[0].split(":")
+        with ChaosProxy(host, int(port)).start_in_thread() as proxy:
+            proxied = pg.dsn.replace(f"{host}:{port}", proxy.address)
+            stores = [
+                ("sqlite", f"sqlite:///{tmp / 'store.db'}", None),
+                ("postgres", pg.dsn, proxy),
+            ]
+            for kind, url, link in stores:
+                for how in ("resign", "kill", "partition"):
+                    if how == "partition" and link is None:
+                        continue
+                    leader_url = proxied if link is not None else url
+                    results = [
+                        one_round(url, leader_url, how, args.ttl, resource, link)
+                        for _ in range(args.rounds)
+                    ]
+                    times = [r[0] for r in results]
+                    gaps = [r[1] for r in results if r[1] is not None]
+                    low, high = min(times) * 1000, max(times) * 1000
+                    shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
+                    gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
+                    print(f"{kind:<12}{how:<11}{shown:>24}{gap:>30}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
