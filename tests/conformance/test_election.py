@@ -15,12 +15,6 @@ from tenure.testing import FaultyStore
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(autouse=True)
-def _election_stores(store_url: str) -> None:
-    if store_url.startswith("etcd"):
-        pytest.skip("election on etcd is not built yet")
-
-
 async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
     async with (
         tenure.connect_async(store_url, label="a") as a,

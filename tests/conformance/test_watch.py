@@ -13,12 +13,6 @@ from tenure.stores._spi import Change, Grant, Owner, Store, Watch
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(autouse=True)
-def _election_stores(store_url: str) -> None:
-    if store_url.startswith("etcd"):
-        pytest.skip("election on etcd is not built yet")
-
-
 @pytest.fixture
 async def store(store_url: str) -> AsyncIterator[Store]:
     store = open_store(store_url)

@@ -16,7 +16,7 @@ import pytest
 
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
-from tenure.stores._spi import Busy, Grant, Session
+from tenure.stores._spi import Busy, Change, Grant, Session
 from tenure.stores.etcd import EtcdSession, EtcdStore, EtcdTicket, get_op, put_op
 from tenure.testing import FaultyStore
 from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
@@ -487,3 +487,100 @@ async def test_unreachable_cluster_means_loss_by_the_deadline(
         assert not reached_end
         assert lease.lost
         assert stopped_after < 2.0, stopped_after  # by its deadline: before the TTL is up
+
+
+# -- leader election: proclaim and watch ---------------------------------------------------------
+
+
+def holders(changes: list[Change]) -> list[tuple[int, str | None] | None]:
+    return [None if c.holder is None else (c.holder.token, c.holder.value) for c in changes]
+
+
+async def test_watch_reports_an_expired_holder_handing_over_but_not_the_queue(
+    etcd_store_url: str,
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    watch = await store.watch("exp")
+    try:
+        one = await store.open_session(1, OWNER)  # never kept alive: etcd expires it
+        two, three = [await store.open_session(10, OWNER) for _ in range(2)]
+        first = await store.attempt(one, "exp", None, enqueue=True)
+        queued = await store.attempt(two, "exp", None, enqueue=True)
+        passing = await store.attempt(three, "exp", None, enqueue=True)
+        assert isinstance(first, Grant) and isinstance(queued, Busy)
+        assert isinstance(queued.ticket, EtcdTicket) and isinstance(passing, Busy)
+        await store.leave(passing.ticket)  # waiters coming and going change no holder
+        with anyio.fail_after(10):
+            changes = await watch.next(5)
+            while len(changes) < 2:
+                changes += await watch.next(5)
+        assert holders(changes) == [(first.token, None), (queued.ticket.revision, None)]
+        assert changes[1].holder is not None and changes[1].holder.waiters == 0
+        assert await watch.next(0.3) == []
+    finally:
+        await watch.aclose()
+        await store.aclose()
+
+
+async def test_etcd_itself_refuses_a_proclaim_from_another_lease(etcd_store_url: str) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    try:
+        one, two = [await store.open_session(10, OWNER) for _ in range(2)]
+        assert isinstance(one, EtcdSession) and isinstance(two, EtcdSession)
+        granted = await store.attempt(one, "forged", None, enqueue=False)
+        assert isinstance(granted, Grant)
+        # Two forges one's grant locally: only the compare on the key's lease stops it.
+        two.held[("forged", granted.token)] = one.held[("forged", granted.token)]
+        assert not await store.proclaim(two, "forged", granted.token, "usurper")
+        assert await store.proclaim(one, "forged", granted.token, "mine")
+        [info] = await store.locks("forged")
+        assert (info.token, info.value, info.owner) == (granted.token, "mine", OWNER)
+    finally:
+        await store.aclose()
+
+
+async def test_a_compacted_watch_reports_the_current_state_once(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    watch = await store.watch("cmp")
+    try:
+        one, two = [await store.open_session(10, OWNER) for _ in range(2)]
+        first = await store.attempt(one, "cmp", None, enqueue=False)
+        assert isinstance(first, Grant)
+        assert await store.proclaim(one, "cmp", first.token, "a")
+        await store.release(one, "cmp", first.token)
+        second = await store.attempt(two, "cmp", None, enqueue=False)
+        assert isinstance(second, Grant)
+        assert await store.proclaim(two, "cmp", second.token, "b")
+        member = etcd_cluster.members[0]
+        header = member.request("/v3/kv/range", {"key": b64("-")})["header"]
+        assert isinstance(header, dict)
+        member.request("/v3/kv/compaction", {"revision": header["revision"], "physical": True})
+        # The watch's revision is gone: one change, the state now; the gap's changes are lost.
+        assert holders(await watch.next(5)) == [(second.token, "b")]
+        assert await store.proclaim(two, "cmp", second.token, "c")
+        assert holders(await watch.next(5)) == [(second.token, "c")]
+    finally:
+        await watch.aclose()
+        await store.aclose()
+
+
+async def test_closing_a_watch_ends_a_waiting_next(etcd_store_url: str) -> None:
+    store = EtcdStore.from_url(etcd_store_url)
+    watch = await store.watch("idle")
+    got: list[list[Change]] = []
+    try:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+
+                async def waiting() -> None:
+                    got.append(await watch.next(60))
+
+                tg.start_soon(waiting)
+                await anyio.sleep(0.3)
+                await watch.aclose()
+        assert got == [[]]
+    finally:
+        await watch.aclose()
+        await store.aclose()

@@ -32,6 +32,12 @@ Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no 
   deletion, from the revision the attempt read: no missed event, no herd, one wake-up per release.
 - **Release** is a txn: delete the own key only if its create revision is still the token, so a
   stale or retried release never deletes a newer lock.
+- **Leader election.** ``proclaim`` rewrites the holder's key with the value added to the owner
+  JSON it holds, in a txn comparing the key's create revision (the token) and its lease (the
+  session's), keeping that lease; a new grant is a new key, so it starts with no value, and
+  ``locks()`` reads the value with the owner. ``watch`` reads the lock's key range once, then
+  follows it with etcd watches from the next revision (see ``EtcdWatch``): only the holder (the
+  lowest create revision) and its value are reported, never the queue behind it.
 - **Fail-over**: every member in the URL; a refusing or paused member is skipped; every request
   of this store is idempotent, so it is sent again to the next member through an election.
 
@@ -55,6 +61,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
@@ -62,7 +69,7 @@ import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ._etcd_gateway import JSON, NOT_FOUND, EtcdError, Gateway, b64, prefix_end, unb64
-from ._spi import Busy, Capabilities, Grant, LockInfo, Owner, Session, Store
+from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
 
 DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
@@ -102,6 +109,18 @@ def _last(prefix: bytes, end: bytes, limit: int, below: int = 0) -> JSON:
 
 def _created(kv: JSON) -> int:
     return int(kv.get("create_revision", 0))
+
+
+def _lock_info(name: str, holder: JSON, count: int, expires_in: float) -> LockInfo:
+    """The lock held by the key ``holder`` (its value: the owner, and any proclaimed value)."""
+    try:
+        fields = json.loads(unb64(holder.get("value")))
+        who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+        value = fields.get("value")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        who, value = Owner("?", 0, "not written by tenure"), None
+    value = value if isinstance(value, str) else None
+    return LockInfo(name, _created(holder), who, expires_in, max(0, count - 1), value)
 
 
 def _ranges(answer: JSON) -> list[JSON]:
@@ -158,6 +177,102 @@ class EtcdTicket:
     revision: int
     """The own key's create revision: the place in the queue."""
     left: bool = False
+
+
+class EtcdWatch(Watch):
+    """The changes of one lock's holder, from one key range watched from a known revision.
+
+    The keys of the range (the holder and its queue) are kept here as the watch reports them;
+    after each revision's events (etcd never splits a revision over two messages) the lowest
+    create revision is the holder, and a change of it or of its value is a `Change`. Waiters
+    joining or leaving the queue change neither, so they are not reported. A stream is open only
+    while ``next`` waits; each starts right after the last revision applied, so nothing is missed
+    in between. If etcd compacted that revision away (or cancelled the watch), the range is read
+    again and its state, if it differs from the last one reported, is one change: the changes in
+    the compacted gap are lost, never reported out of order or twice.
+    """
+
+    def __init__(self, store: EtcdStore, name: str, kvs: list[JSON], revision: int) -> None:
+        self._store = store
+        self._name = name
+        self._prefix = store._prefix(name)
+        self._keys: dict[bytes, JSON] = {}
+        self._revision = revision
+        """Every event up to this revision is applied to ``_keys``."""
+        self._shown: tuple[int, str | None] | None = None
+        """(create revision, raw value) of the holder last reported (or read at subscription)."""
+        self._pending: list[Change] = []
+        self._scope: anyio.CancelScope | None = None
+        self._closed = False
+        self._reset(kvs, revision)
+        self._pending.clear()  # the state at subscription is not a change
+
+    def _reset(self, kvs: list[JSON], revision: int) -> None:
+        self._keys = {unb64(kv["key"]): kv for kv in kvs}
+        self._revision = revision
+        self._note()
+
+    def _note(self) -> None:
+        holder = min(self._keys.values(), key=_created, default=None)
+        state = None if holder is None else (_created(holder), holder.get("value"))
+        if state != self._shown:
+            self._shown = state
+            info = None if holder is None else _lock_info(self._name, holder, len(self._keys), 0.0)
+            self._pending.append(Change(self._name, info))
+
+    def _apply(self, events: list[JSON]) -> None:
+        for revision, group in groupby(events, key=lambda e: int(e["kv"].get("mod_revision", 0))):
+            if revision <= self._revision:
+                continue  # applied already (never expected: each stream starts after it)
+            for event in group:
+                kv = event["kv"]
+                if event.get("type") == "DELETE":  # PUT is 0, which the gateway omits
+                    self._keys.pop(unb64(kv["key"]), None)
+                else:
+                    self._keys[unb64(kv["key"])] = kv
+            self._revision = revision
+            self._note()  # one state per revision: a lease's revocation is one change
+
+    async def next(self, timeout: float) -> list[Change]:
+        if not self._pending and not self._closed:
+            try:
+                with anyio.move_on_after(timeout) as self._scope:
+                    while not self._pending and not self._closed:
+                        await self._listen()
+            finally:
+                self._scope = None
+        # Changes are queued as they are applied, so a timeout or a caller's cancellation at any
+        # await never loses one: they come with the next call.
+        changes, self._pending = self._pending, []
+        return changes
+
+    async def _listen(self) -> None:
+        """One stream from the revision after the last applied, until it yields a change."""
+        end = prefix_end(self._prefix)
+        create = {
+            "key": b64(self._prefix),
+            "range_end": b64(end),
+            "start_revision": str(self._revision + 1),
+        }
+        cancelled = False
+        async with self._store._gw.watch({"create_request": create}) as results:
+            async for result in results:
+                if result.get("canceled"):  # compacted past our revision, or cut by the member
+                    cancelled = True
+                    break
+                self._apply(result.get("events") or [])
+                if self._pending:
+                    return
+        if cancelled:
+            answer = await self._store._call_range(_range(self._prefix, end))
+            self._reset(answer.get("kvs", []), int(answer["header"]["revision"]))
+        if not self._pending:
+            await anyio.sleep(0.1)  # the stream broke (the member is skipped): again, soon
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 class EtcdStore(Store):
@@ -418,14 +533,9 @@ class EtcdStore(Store):
         return bool(answer.get("succeeded"))
 
     async def _info(self, name: str, owner: JSON, count: int, fresh: bool = False) -> LockInfo:
-        try:
-            fields = json.loads(unb64(owner.get("value")))
-            who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
-        except (ValueError, KeyError, TypeError):
-            who = Owner("?", 0, "not written by tenure")
         lease = owner.get("lease")
         expires_in = await self._expires_in(str(lease), fresh) if lease else 0.0
-        return LockInfo(name, _created(owner), who, expires_in, max(0, count - 1))
+        return _lock_info(name, owner, count, expires_in)
 
     async def _expires_in(self, lease: str, fresh: bool) -> float:
         """Seconds left on ``lease``: read with ``lease/timetolive``, or estimated from a read at
@@ -518,6 +628,37 @@ class EtcdStore(Store):
         if failed:
             raise failed[0]
         return [found[lock] for lock in sorted(found)]
+
+    # -- leader election -----------------------------------------------------------------
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        assert isinstance(session, EtcdSession)
+        entry = session.held.get((name, token))
+        if entry is None:
+            return False  # never granted to this session, or released
+        key = b64(entry[0])
+        fields = json.loads(session.value)
+        fields["value"] = value
+        # The value lives in the holder key, beside the owner: ``locks()`` reads it for free, a
+        # new grant (a new key) starts without one, and the key's own watch events carry it.
+        compare = [
+            {"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": str(token)},
+            {"key": key, "target": "LEASE", "result": "EQUAL", "lease": str(session.id)},
+        ]
+        put = {
+            "request_put": {"key": key, "value": b64(json.dumps(fields)), "lease": str(session.id)}
+        }
+        try:
+            # Safe to send again: while the compare holds, a second put writes the same bytes.
+            answer = await self._txn(compare, [put], [])
+        except LeaseLost:
+            return False
+        return bool(answer.get("succeeded"))
+
+    async def watch(self, name: str) -> Watch:
+        prefix = self._prefix(name)
+        answer = await self._call_range(_range(prefix, prefix_end(prefix)))
+        return EtcdWatch(self, name, answer.get("kvs", []), int(answer["header"]["revision"]))
 
     async def aclose(self) -> None:
         await self._gw.aclose()
