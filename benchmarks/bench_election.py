@@ -2,14 +2,15 @@
 
     .venv/bin/python benchmarks/bench_election.py [--rounds 5] [--ttl 2]
 
-For each store (the embedded SQLite file, and a PostgreSQL server started on loopback), a
+For each store (the embedded SQLite file, a 3-member etcd cluster and a PostgreSQL server,
+started on loopback), a
 leader process campaigns and leads; a follower in this process campaigns and, once elected,
 makes one fenced write (``tenure.fence`` on a local SQLite resource) with its term. Three ways
 for the leader to go:
 
 - resign: the leader resigns (graceful; the next leader is granted at once),
 - SIGKILL: the leader process is killed (the store expires its lease after the TTL),
-- partition: the leader's link to the store is blackholed (PostgreSQL; a TCP proxy): the
+- partition: the leader's links to the store are blackholed (etcd, PostgreSQL; TCP proxies): the
   leader notices by its own deadline and the store expires its lease later — the gap between
   the old leader stopping and the new one writing is shown (it must be positive).
 
@@ -19,6 +20,7 @@ Times are CLOCK_MONOTONIC stamps shared by the processes of this host.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import statistics
 import subprocess
@@ -27,9 +29,12 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import tenure
 from tenure.fence import SQLFence
+from tenure.testing.chaos.runner import endpoints, with_endpoints
+from tenure.testing.etcd_cluster import EtcdCluster
 from tenure.testing.postgres_server import PostgresServer
 from tenure.testing.proxy import ChaosProxy
 
@@ -60,7 +65,7 @@ def fenced_write(resource: str, fence: str, term: int) -> float:
 
 
 def one_round(
-    url: str, leader_url: str, how: str, ttl: float, resource: str, proxy: object | None
+    url: str, leader_url: str, how: str, ttl: float, resource: str, proxies: list[Any]
 ) -> tuple[float, float | None]:
     """Seconds from the leader's end to the new leader's first fenced write, and the gap
     between the old leader noticing its loss and that write (partition only)."""
@@ -81,7 +86,8 @@ def one_round(
                 leader.kill()
             else:
                 start = time.monotonic()
-                proxy.set_mode("blackhole")  # type: ignore[attr-defined]
+                for proxy in proxies:  # every link of the leader to the store
+                    proxy.set_mode("blackhole")
             lead = follower.campaign("bench", "new", ttl=ttl, timeout=30)
             written = fenced_write(resource, url, lead.term)  # one fence per store
             lead.resign()
@@ -93,8 +99,8 @@ def one_round(
     finally:
         leader.kill()
         leader.wait()
-        if proxy is not None:
-            proxy.heal()  # type: ignore[attr-defined]
+        for proxy in proxies:
+            proxy.heal()
 
 
 def main() -> None:
@@ -111,29 +117,34 @@ def main() -> None:
     print(f"fail-over, TTL {args.ttl:g} s, median (min-max) of {args.rounds} rounds")
     head = ("store", "how", "to first fenced write", "old leader stopped first by")
     print(f"{head[0]:<12}{head[1]:<11}{head[2]:>24}{head[3]:>30}")
-    with PostgresServer() as pg:
-        host, port = pg.dsn.rsplit("@", 1)[1].split("/")[0].split(":")
-        with ChaosProxy(host, int(port)).start_in_thread() as proxy:
-            proxied = pg.dsn.replace(f"{host}:{port}", proxy.address)
-            stores = [
-                ("sqlite", f"sqlite:///{tmp / 'store.db'}", None),
-                ("postgres", pg.dsn, proxy),
+    with PostgresServer() as pg, EtcdCluster(3).start() as etcd, contextlib.ExitStack() as links:
+
+        def proxied(url: str, endpoints: list[tuple[str, int]]) -> tuple[str, list[Any]]:
+            proxies = [
+                links.enter_context(ChaosProxy(h, p).start_in_thread()) for h, p in endpoints
             ]
-            for kind, url, link in stores:
-                for how in ("resign", "kill", "partition"):
-                    if how == "partition" and link is None:
-                        continue
-                    leader_url = proxied if link is not None else url
-                    results = [
-                        one_round(url, leader_url, how, args.ttl, resource, link)
-                        for _ in range(args.rounds)
-                    ]
-                    times = [r[0] for r in results]
-                    gaps = [r[1] for r in results if r[1] is not None]
-                    low, high = min(times) * 1000, max(times) * 1000
-                    shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
-                    gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
-                    print(f"{kind:<12}{how:<11}{shown:>24}{gap:>30}", flush=True)
+            return with_endpoints(url, [p.address for p in proxies]), proxies
+
+        etcd_url = "etcd://" + ",".join(etcd.endpoints)
+        stores = [
+            ("sqlite", f"sqlite:///{tmp / 'store.db'}", None, []),
+            ("etcd", etcd_url, *proxied(etcd_url, endpoints(etcd_url))),
+            ("postgres", pg.dsn, *proxied(pg.dsn, endpoints(pg.dsn))),
+        ]
+        for kind, url, leader_url, link in stores:
+            for how in ("resign", "kill", "partition"):
+                if how == "partition" and not link:
+                    continue
+                results = [
+                    one_round(url, leader_url or url, how, args.ttl, resource, link)
+                    for _ in range(args.rounds)
+                ]
+                times = [r[0] for r in results]
+                gaps = [r[1] for r in results if r[1] is not None]
+                low, high = min(times) * 1000, max(times) * 1000
+                shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
+                gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
+                print(f"{kind:<12}{how:<11}{shown:>24}{gap:>30}", flush=True)
 
 
 if __name__ == "__main__":
