@@ -367,3 +367,23 @@ def test_swapped_tokens_of_sequential_grants_flagged(
     findings = check_token_order(history(*(grant(*g) for g in grants)))
     assert findings and set(checks(findings)) == {"token-order"}
     assert got_b in [f.t for f in findings]  # the later grant, now with the lower token
+
+
+def test_a_term_the_observer_never_saw_is_a_violation() -> None:
+    from tenure.testing.chaos.checkers import OBSERVER, check_observed_terms
+
+    entries = [
+        (f"w{term}", term, {"term": term, "leader": f"w{term}", "n": 0}) for term in (1, 2, 3)
+    ]
+    resource = log("election", entries, None)
+    seen = [Event(t=float(term), process=OBSERVER, f="observe", type="info", token=term)
+            for term in (1, 3)]  # fmt: skip
+    [finding] = check_observed_terms(seen, resource)
+    assert finding.check == "unobserved-term" and finding.gated
+    assert "term 2 (leader w2)" in finding.message
+    every = [*seen, Event(t=2.0, process=OBSERVER, f="observe", type="info", token=2)]
+    assert check_observed_terms(every, resource) == []
+    restart = Event(t=1.5, process=NEMESIS, f="store-restart", type="invoke", value={})
+    [after_fault] = check_observed_terms([*seen, restart], resource)
+    assert not after_fault.gated  # a watch may start over from the current state
+    assert check_observed_terms([], resource) == []  # no observer in this run

@@ -26,7 +26,11 @@ TOKEN_ORDER = "token-order"
 DUPLICATE_TOKEN = "duplicate-token"
 TWO_LEADERS = "two-leaders"
 TERM_REGRESSION = "term-regression"
+UNOBSERVED_TERM = "unobserved-term"
 BELIEF_OVERLAP = "belief-overlap"
+OBSERVER = "observer"
+"""The history process of the follower that observes an election (``client.observe``)."""
+STORE_FAULTS = frozenset({"member-kill", "member-pause", "majority-loss", "store-restart"})
 
 CHECKS: dict[str, str] = {
     LOST_UPDATE: "an acknowledged or accepted write is missing from the resource's final state",
@@ -35,6 +39,7 @@ CHECKS: dict[str, str] = {
     DUPLICATE_TOKEN: "the store granted the same token of one lock twice",
     TWO_LEADERS: "one election term has log entries from two different leaders",
     TERM_REGRESSION: "the election log accepted a term lower than an earlier one",
+    UNOBSERVED_TERM: "a follower observing the election never saw a term that wrote to the log",
     BELIEF_OVERLAP: "diagnostic: two workers believed they held one lock at the same time",
 }
 DIAGNOSTICS = frozenset({BELIEF_OVERLAP})
@@ -48,6 +53,7 @@ def check_all(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
         *check_stale_tokens(resource),
         *check_token_order(history),
         *check_one_leader_per_term(resource),
+        *check_observed_terms(history, resource),
         *check_belief_overlap(history),
     ]
 
@@ -324,6 +330,33 @@ def _term_regressions(accepted: Iterable[Accepted]) -> Iterator[Finding]:
             )
         if highest is None or term > highest.data["term"]:
             highest = write
+
+
+def check_observed_terms(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
+    """A follower observing the election must see every term that led (wrote to the log).
+
+    Only when the run had an observer. After a store fault the store's watch may have to start
+    over from the current state (a restarted server, a broken listening connection), so missed
+    terms are then a diagnostic, not a violation."""
+    observed = {e.token for e in history if e.process == OBSERVER and e.f == "observe"}
+    if resource.workload != "election" or not any(e.process == OBSERVER for e in history):
+        return []
+    store_faults = any(e.process == NEMESIS and e.f in STORE_FAULTS for e in history)
+    first: dict[int, Accepted] = {}
+    for write in resource.accepted:
+        first.setdefault(write.token, write)
+    return [
+        Finding(
+            UNOBSERVED_TERM,
+            f"term {term} (leader {write.data['leader']}) wrote to the log but the observer"
+            " never reported it",
+            gated=not store_faults,
+            t=write.t,
+            processes=(write.process,),
+        )
+        for term, write in first.items()
+        if term not in observed
+    ]
 
 
 # --- beliefs (diagnostic) -------------------------------------------------------------------

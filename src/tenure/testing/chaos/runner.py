@@ -26,6 +26,7 @@ from ..proxy import ChaosProxy, Mode, ThreadedChaosProxy
 from . import checkers
 from .history import NEMESIS, Recorder, history_files, read_history, write_history
 from .nemesis import LINK_FAULTS, Nemesis
+from .observer import Observer
 from .report import Report, RunInfo, build_report
 from .resource import create_resource, read_resource
 from .scenarios import Scenario
@@ -117,6 +118,9 @@ class Run:
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
         nemesis = Nemesis(self, rng, recorder)
         notes: list[str] = []
+        observer = None
+        if self.workload == "election":  # a follower: does it see every term?
+            observer = Observer(self.store_url, self.lock, history_dir / "observer.jsonl")
         try:
             self._start_workers(resource, history_dir, until)
             rate = self._clock_rate()
@@ -129,7 +133,11 @@ class Run:
                 nemesis.inject(rng.choice(self.scenario.faults))
             self._heal()
             notes += self._wait_workers(until + 3 * self.ttl + 20)
+            if observer is not None:
+                time.sleep(0.5)  # the last changes' notices are on their way
         finally:
+            if observer is not None:
+                observer.close()
             self._heal()
             for worker in self.workers:
                 worker.kill()
