@@ -14,6 +14,9 @@ for the leader to go:
   leader notices by its own deadline and the store expires its lease later — the gap between
   the old leader stopping and the new one writing is shown (it must be positive).
 
+Side by side, on the same cluster: etcd's own election API (``/v3/election``: a campaign on a
+kept-alive lease, resign). kazoo's Election needs ZooKeeper, not a store here yet.
+
 Times are CLOCK_MONOTONIC stamps shared by the processes of this host.
 """
 
@@ -52,6 +55,64 @@ LEADER = textwrap.dedent(
     time.sleep(60)
     """
 )
+
+
+# etcd's own election API (v3election, through the same JSON gateway), for comparison: a lease
+# kept alive by a thread, a campaign that blocks until elected, resign. It has no notion of a
+# leader's deadline: a cut-off leader is never told that it lost.
+NATIVE = textwrap.dedent(
+    """
+    import base64, sys, threading, time, httpx
+    base, ttl, role = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    b64 = lambda s: base64.b64encode(s.encode()).decode()
+    http = httpx.Client(base_url=base, timeout=60)
+    lease = http.post("/v3/lease/grant", json={"TTL": str(max(1, round(ttl)))}).json()["ID"]
+    def keep():
+        beat = httpx.Client(base_url=base, timeout=10)
+        while True:
+            beat.post("/v3/lease/keepalive", json={"ID": lease})
+            time.sleep(ttl / 3)
+    threading.Thread(target=keep, daemon=True).start()
+    body = {"name": b64("bench-native"), "lease": lease, "value": b64(role)}
+    print("campaigning", flush=True)
+    leader = http.post("/v3/election/campaign", json=body).json()["leader"]
+    print("leading", leader["rev"], flush=True)
+    if role == "old" and sys.stdin.readline().strip() == "resign":
+        t = time.monotonic()
+        http.post("/v3/election/resign", json={"leader": leader})
+        print("resigned", t, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def native_round(base: str, how: str, ttl: float, resource: str) -> float:
+    """etcd's election API: from the leader's end to the new leader's first fenced write."""
+    argv = [sys.executable, "-c", NATIVE, base, str(ttl)]
+    old = subprocess.Popen([*argv, "old"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert old.stdin is not None and old.stdout is not None
+    new = None
+    try:
+        assert old.stdout.readline().startswith("campaigning")
+        assert old.stdout.readline().startswith("leading")
+        new = subprocess.Popen([*argv, "new"], stdout=subprocess.PIPE, text=True)
+        assert new.stdout is not None
+        assert new.stdout.readline().startswith("campaigning")
+        time.sleep(0.3)  # its campaign has reached etcd and waits
+        if how == "resign":
+            old.stdin.write("resign\n")
+            old.stdin.flush()
+            start = float(old.stdout.readline().split()[1])
+        else:
+            start = time.monotonic()
+            old.kill()
+        rev = int(new.stdout.readline().split()[1])
+        return fenced_write(resource, base, rev) - start
+    finally:
+        for proc in (old, new):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 def fenced_write(resource: str, fence: str, term: int) -> float:
@@ -145,6 +206,12 @@ def main() -> None:
                 shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
                 gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
                 print(f"{kind:<12}{how:<11}{shown:>24}{gap:>30}", flush=True)
+        base = "http://" + etcd.endpoints[0]
+        for how in ("resign", "kill"):
+            times = [native_round(base, how, args.ttl, resource) for _ in range(args.rounds)]
+            low, high = min(times) * 1000, max(times) * 1000
+            shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
+            print(f"{'etcd-native':<12}{how:<11}{shown:>24}{'never told':>30}", flush=True)
 
 
 if __name__ == "__main__":
