@@ -78,3 +78,25 @@ def test_bad_value_is_one_line(cli: Cli) -> None:
     done = cli("elect", "x", "--value", "a\x01" * 3000, "--store", cli.store, "--", "true")
     assert done.returncode == 2
     assert "at most 4096 characters" in cli.one_error_line(done.stderr)
+
+
+@pytest.mark.parametrize("store", ["postgres", "etcd"])
+def test_elect_and_leader_on_networked_stores(
+    cli: Cli, store: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue(f"{store}_store_url")
+    watcher = cli.start("leader", "net", "--watch", "--json", "--store", url)
+    proc = cli.start(
+        "elect", "net", "--value", f"on-{store}", "--store", url, "--",
+        "sh", "-c", f"echo $$ > {cli.tmp / 'pid'}; exec sleep 60",
+    )  # fmt: skip
+    cli.pid_in("pid")
+    now = json.loads(cli("leader", "net", "--json", "--store", url).stdout)["leader"]
+    assert now["value"] == f"on-{store}"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(10)
+    assert cli("leader", "net", "--store", url).returncode == 1  # resigned
+    watcher.send_signal(signal.SIGINT)
+    out, _ = watcher.communicate(timeout=10)
+    seen = [json.loads(line)["leader"] for line in out.splitlines()]
+    assert any(s and s["value"] == f"on-{store}" for s in seen)
