@@ -140,6 +140,23 @@ async def test_reset_aborts_current_connections_and_refuses_new_ones() -> None:
             assert await roundtrip(healed, b"z") == b"z"
 
 
+async def test_retarget_resets_current_connections_and_sends_new_ones_elsewhere() -> None:
+    async with echo_proxy() as (first, proxy), await connect(proxy) as stream:
+        assert await roundtrip(stream, b"a") == b"a"
+        second = Echo()
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        second.port = listener.extra(SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, second.handle)
+            proxy.retarget("127.0.0.1", second.port)
+            with anyio.fail_after(1), pytest.raises(anyio.BrokenResourceError):
+                await stream.receive()  # the old link is reset, not silently kept
+            async with await connect(proxy) as fresh:
+                assert await roundtrip(fresh, b"b") == b"b"
+            tg.cancel_scope.cancel()
+        assert (bytes(first.received), bytes(second.received)) == (b"a", b"b")
+
+
 async def test_lose_responses_delivers_requests_and_drops_answers() -> None:
     async with echo_proxy() as (echo, proxy), await connect(proxy) as stream:
         proxy.set_mode("lose_responses")

@@ -105,6 +105,13 @@ class ChaosProxy:
     def heal(self) -> None:
         self.set_mode("pass")
 
+    def retarget(self, target_host: str, target_port: int) -> None:
+        """Forward new connections to another target and reset the current ones: a fail-over
+        behind one address, as a virtual IP or a fail-over-aware proxy would make it."""
+        self.target_host, self.target_port = target_host, target_port
+        for link in list(self._links):
+            link.abort()
+
     async def __aenter__(self) -> ChaosProxy:
         listener = await anyio.create_tcp_listener(local_host=self.listen_host, local_port=0)
         self.port = listener.extra(SocketAttribute.local_port)
@@ -235,6 +242,9 @@ class ThreadedChaosProxy:
 
     def heal(self) -> None:
         self.set_mode("pass")
+
+    def retarget(self, target_host: str, target_port: int) -> None:
+        self._portal.call(self.proxy.retarget, target_host, target_port)
 
     def close(self) -> None:
         if self._thread.is_alive():
