@@ -10,7 +10,7 @@ import pytest
 from tenure.testing.postgres_server import PG_BIN, PostgresServer
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
-pytest_plugins = ["plugin_postgres", "plugin_etcd"]
+pytest_plugins = ["plugin_postgres", "plugin_etcd", "plugin_zookeeper", "plugin_redis"]
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,8 @@ from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_label, check_name
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
-from ._url import open_store
-from .stores._spi import LockInfo, Owner, Store
+from ._url import Grade, open_store
+from .stores._spi import Capabilities, LockInfo, Owner, Store
 
 T = TypeVar("T")
 DEFAULT_TTL = 30.0
@@ -68,6 +68,11 @@ class AsyncClient:
     @property
     def url(self) -> str:
         return self.store.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the store promises (``grade``: "efficiency" means not for correctness)."""
+        return self.store.capabilities
 
     async def __aenter__(self) -> AsyncClient:
         self._tg = anyio.create_task_group()
@@ -189,10 +194,15 @@ async def connect_async(
     margin: float = DEFAULT_MARGIN,
     label: str = "",
     clock: Clock = REAL_CLOCK,
+    require: Grade | None = None,
 ) -> AsyncIterator[AsyncClient]:
-    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
+
+    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
+    ``client.capabilities`` says what the store promises.
+    """
     _check_options(drift, margin, label)  # before the store is opened (or created)
-    store = open_store(url)
+    store = open_store(url, require)
     async with AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock) as client:
         yield client
 
@@ -261,6 +271,11 @@ class Client:
     @property
     def url(self) -> str:
         return self._async.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the store promises (``grade``: "efficiency" means not for correctness)."""
+        return self._async.capabilities
 
     def __enter__(self) -> Client:
         return self
@@ -428,8 +443,13 @@ def connect(
     margin: float = DEFAULT_MARGIN,
     label: str = "",
     clock: Clock = REAL_CLOCK,
+    require: Grade | None = None,
 ) -> Client:
-    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file)."""
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
+
+    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
+    ``client.capabilities`` says what the store promises.
+    """
     _check_options(drift, margin, label)  # before the store is opened (or created)
-    store = open_store(url)
+    store = open_store(url, require)
     return Client(lambda: AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from typing import Literal
 from urllib.parse import urlsplit
 
 from ._errors import InvalidArgument
 from .stores._spi import Store
 
 ENV_STORE = "TENURE_STORE"
+Grade = Literal["correctness", "efficiency"]
+GRADES: tuple[Grade, ...] = ("correctness", "efficiency")
 # scheme → (module under tenure.stores, class): imported on use, so a store's client library is
 # needed only by those who use that store.
 STORES = {
@@ -17,8 +20,11 @@ STORES = {
     "etcd": ("etcd", "EtcdStore"),
     "postgresql": ("postgres", "PostgresStore"),
     "postgres": ("postgres", "PostgresStore"),
+    "zookeeper": ("zookeeper", "ZooKeeperStore"),
+    "redis": ("redis", "RedisStore"),
+    "rediss": ("redis", "RedisStore"),
+    "redlock": ("redlock", "RedlockStore"),
 }
-PLANNED = ("zookeeper", "redis", "rediss", "redlock")
 
 
 def resolve_url(url: str | None) -> str:
@@ -30,15 +36,34 @@ def resolve_url(url: str | None) -> str:
     return url
 
 
-def open_store(url: str | None) -> Store:
-    url = resolve_url(url)
+def store_class(url: str) -> type[Store]:
+    """The store class a (resolved) URL names, without opening anything."""
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if scheme in STORES:
-        module, name = STORES[scheme]
-        store: type[Store] = getattr(importlib.import_module(f"tenure.stores.{module}"), name)
-        return store.from_url(url)
-    if scheme in PLANNED:
-        raise InvalidArgument(f"store {scheme!r} is not available in this version of tenure yet")
-    shown = scheme or url.split(":", 1)[0]
-    # The URL itself is not repeated: it may carry a password.
-    raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {', '.join(STORES)})")
+    if scheme not in STORES:
+        shown = scheme or url.split(":", 1)[0]
+        # The URL itself is not repeated: it may carry a password.
+        raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {', '.join(STORES)})")
+    module, name = STORES[scheme]
+    store: type[Store] = getattr(importlib.import_module(f"tenure.stores.{module}"), name)
+    return store
+
+
+def check_grade(store: type[Store], require: Grade | None) -> None:
+    """Refuse an efficiency-grade store (Redis) where the caller asked for correctness-grade."""
+    if require is None:
+        return
+    if require not in GRADES:
+        raise InvalidArgument(f"require must be one of {', '.join(GRADES)}, got {require!r}")
+    if require == "correctness" and store.capabilities.grade != "correctness":
+        raise InvalidArgument(
+            f"the {store.scheme} store is {store.capabilities.grade}-grade (fine to avoid duplicate"
+            " work, not for correctness: a fail-over can lose a lock and its token counter);"
+            " require='correctness' refuses it"
+        )
+
+
+def open_store(url: str | None, require: Grade | None = None) -> Store:
+    url = resolve_url(url)
+    store = store_class(url)
+    check_grade(store, require)  # before anything is opened or created
+    return store.from_url(url)

@@ -76,7 +76,7 @@ def test_usage_errors_are_one_line(cli: Cli) -> None:
     ("url", "code", "expected"),
     [
         ("foo://bar", 2, "unknown store URL scheme 'foo'"),
-        ("zookeeper://localhost:2181", 2, "not available"),
+        ("consul://localhost:8500", 2, "unknown store URL scheme 'consul'"),
         ("etcd://127.0.0.1:1", 69, "127.0.0.1:1"),
         ("sqlite://host/x.db", 2, "bad SQLite store URL"),
         ("sqlite:////nonexistent-dir/x.db", 69, "no such directory"),
@@ -176,3 +176,14 @@ def test_help_documents_exit_codes_and_bare_tenure_is_usage(cli: Cli) -> None:
     bare = cli()
     assert bare.returncode == 2 and bare.stdout == ""
     assert bare.stderr.startswith("Usage: tenure") and "Traceback" not in bare.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:1/0", "redlock://127.0.0.1:1,127.0.0.1:2"])
+@pytest.mark.parametrize("command", [["run", "job"], ["elect", "job"]])
+def test_require_correctness_refuses_an_efficiency_grade_store(
+    cli: Cli, url: str, command: list[str]
+) -> None:
+    """Refused before anything is opened: nothing listens on these ports."""
+    done = cli(*command, "--require", "correctness", "--store", url, "--", "true")
+    assert done.returncode == 2
+    assert "efficiency-grade" in cli.one_error_line(done.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-STORES = ["sqlite", "postgres", "etcd"]
+STORES = ["sqlite", "postgres", "etcd", "zookeeper", "redis", "redlock"]
 
 
 @pytest.fixture(params=STORES)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import click
 
 from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureError
+from .._url import GRADES, Grade
+
+if TYPE_CHECKING:
+    from .._client import Client
 
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0
@@ -59,6 +63,30 @@ def store_option(func: click.decorators.FC) -> click.decorators.FC:
         help="Store URL, e.g. sqlite:////abs/path.db (default: $TENURE_STORE, else the "
         "embedded SQLite file).",
     )(func)
+
+
+def require_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--require",
+        type=click.Choice(GRADES),
+        default=None,
+        help="correctness: refuse an efficiency-grade store (Redis), exit 2.",
+    )(func)
+
+
+def open_client(store: str | None, label: str, require: Grade | None, quiet: bool) -> Client:
+    """Connect as a command does: refused if below ``require``; an efficiency-grade store is
+    named as such on stderr (unless quiet), so nobody mistakes it for a correctness lock."""
+    import tenure
+
+    client = tenure.connect(store, label=label, require=require)
+    if not quiet and client.capabilities.grade == "efficiency":
+        click.echo(
+            f"tenure: note: {client.url} is efficiency-grade: fine to avoid duplicate work, not"
+            " for correctness (--require correctness refuses it)",
+            err=True,
+        )
+    return client
 
 
 class _Commands(click.Group):

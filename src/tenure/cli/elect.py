@@ -13,11 +13,18 @@ import socket
 
 import click
 
-import tenure
-
 from .._child import CommandError, resolve_command
 from .._election import check_value
-from . import EXIT_CODES_HELP, EXIT_LOST, EXIT_SIGNAL_BASE, error, store_option
+from .._url import Grade
+from . import (
+    EXIT_CODES_HELP,
+    EXIT_LOST,
+    EXIT_SIGNAL_BASE,
+    error,
+    open_client,
+    require_option,
+    store_option,
+)
 from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt, supervise
 
 
@@ -46,6 +53,7 @@ from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_
     "with its code).",
 )
 @store_option
+@require_option
 @click.option("--label", default="", help="A label shown by 'tenure leader' and 'tenure ls'.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not report terms won and lost.")
 def elect(
@@ -56,6 +64,7 @@ def elect(
     grace: float,
     restart: bool,
     store: str | None,
+    require: Grade | None,
     label: str,
     quiet: bool,
 ) -> int:
@@ -67,7 +76,7 @@ def elect(
     except CommandError as exc:
         error(str(exc))
         return exc.code
-    client = tenure.connect(store, label=label)
+    client = open_client(store, label, require, quiet)
     try:
         while True:
             try:

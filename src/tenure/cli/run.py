@@ -22,6 +22,7 @@ import tenure
 from .._child import FORWARDED, CommandError, resolve_command, running
 from .._lock import check_arguments
 from .._names import check_label
+from .._url import Grade
 from ..stores._spi import LockInfo
 from . import (
     EXIT_BUSY,
@@ -30,6 +31,8 @@ from . import (
     EXIT_SIGNAL_BASE,
     error,
     one_line,
+    open_client,
+    require_option,
     store_option,
 )
 
@@ -136,6 +139,7 @@ def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, la
     help="On a lost lease: seconds between SIGTERM and SIGKILL to the command's process group.",
 )
 @store_option
+@require_option
 @click.option("--label", default="", help="A label shown to waiters and by 'tenure ls'.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not report the holder while waiting.")
 def run(
@@ -146,6 +150,7 @@ def run(
     timeout: float | None,
     grace: float,
     store: str | None,
+    require: Grade | None,
     label: str,
     quiet: bool,
 ) -> int:
@@ -164,7 +169,9 @@ def run(
         return exc.code
     try:
         with _signals_interrupt():
-            return _locked_run(name, command, ttl, wait, timeout, grace, store, label, quiet)
+            return _locked_run(
+                name, command, ttl, wait, timeout, grace, store, require, label, quiet
+            )
     except Interrupted as exc:
         what = signal.Signals(exc.signum).name
         if not quiet:
@@ -180,10 +187,11 @@ def _locked_run(
     timeout: float | None,
     grace: float,
     store: str | None,
+    require: Grade | None,
     label: str,
     quiet: bool,
 ) -> int:
-    client = tenure.connect(store, label=label)
+    client = open_client(store, label, require, quiet)
     try:
         on_wait = None if quiet or not wait else WaitReporter(name)
         try:

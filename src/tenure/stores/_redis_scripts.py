@@ -1,0 +1,477 @@
+"""What the Redis stores share: the URL, one server's connections, and the Lua script.
+
+The whole protocol of one Redis server is one Lua script (``SCRIPT``, one operation per call), so
+every store call is one atomic round trip; ``RedisStore`` runs it on one server, ``RedlockStore``
+on each of N independent servers. Keys, under a prefix (``?prefix=``, default ``tenure``):
+
+- ``P:s:<sid>`` the session: the owner's JSON, ``PX`` = TTL; it dies when not kept alive.
+- ``P:n:<sid>`` hash name → count of the session's grants and queue places on that name, so
+  ``keep_alive`` renews them (same script) and ``close`` releases them.
+- ``P:l:<name>`` the lock: hash ``s`` session, ``t`` token, ``r`` request id (the attempt that won
+  it), ``q`` its queue score, ``o`` owner, ``v`` proclaimed value. Created only when absent (the
+  ``SET NX`` of the classic recipe, as a hash so the owner and value sit beside the token), with
+  ``PX`` = the holder session's time left: a lock never outlives its session.
+- ``P:c:<name>`` the fencing counter (``INCR``): never deleted, never expires.
+- ``P:q:<name>`` the waiters: a sorted set of request ids (``<sid>/<n>``) by arrival (score: the
+  server's ``TIME`` in µs, strictly increasing per queue; Redlock passes its own). A waiter is
+  live while its session key is; dead ones are dropped when they reach the head.
+- ``P:w:<rid>`` a waiter's wake-up list: a hand-over pushes the token there, the waiter
+  blocks on it (``BLPOP``).
+- ``P:e:<name>`` the lock's events (a stream, ``XADD``): every grant, value and release, for
+  watches; trimmed to about ``EVENTS_KEPT`` entries and expiring a day after the last one.
+
+Every operation is idempotent for the same request id, so a retried call finds its own effect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import anyio
+
+try:
+    from redis import exceptions as redis_errors
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+except ImportError:  # the 'redis' extra is not installed: parse_url says so
+    Redis = None  # type: ignore[assignment,misc]
+
+from .._errors import InvalidArgument, StoreUnavailable
+from ._spi import Change, LockInfo, Owner
+
+DEFAULT_PORT = 6379
+DEFAULT_PREFIX = "tenure"
+CALL_TIMEOUT = 5.0
+"""Seconds one call may take (redis-py's socket timeout, set explicitly: blocking reads use a
+second client without one, bounded by their own timeouts)."""
+EVENTS_KEPT = 100
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
+
+SCRIPT = r"""
+local op, P = ARGV[1], ARGV[2]
+local function key(kind, id) return P .. ':' .. kind .. ':' .. id end
+
+local function alive(sid) return redis.call('exists', key('s', sid)) == 1 end
+local function left(sid) return redis.call('pttl', key('s', sid)) end
+
+-- Each change of a lock goes to its event stream, for watches.
+local function note(name, fields)
+  local e = key('e', name)
+  redis.call('xadd', e, 'MAXLEN', '~', __KEPT__, '*', unpack(fields))
+  redis.call('pexpire', e, 86400000)
+end
+
+-- The session's count of grants and queue places on a name.
+local function involve(sid, name, delta)
+  local n = key('n', sid)
+  if redis.call('hincrby', n, name, delta) <= 0 then redis.call('hdel', n, name) end
+  local ms = left(sid)
+  if ms > 0 then redis.call('pexpire', n, ms) end
+end
+
+-- The lock's fields if its holder's session lives; a dead holder's lock is deleted.
+local function holder(name)
+  local l = key('l', name)
+  local h = redis.call('hmget', l, 's', 't', 'r', 'q', 'o', 'v')
+  if not h[1] then return nil end
+  if not alive(h[1]) then
+    redis.call('del', l)
+    note(name, {'was', h[2]})
+    return nil
+  end
+  return h
+end
+
+-- Grant a free lock: the counter is raised (and above floor), the lock lives as its session.
+local function grant(name, sid, rid, score, floor)
+  local c = key('c', name)
+  local t = redis.call('incr', c)
+  if t <= floor then t = floor + 1; redis.call('set', c, t) end
+  local owner = redis.call('get', key('s', sid))
+  local l = key('l', name)
+  redis.call('hset', l, 's', sid, 't', t, 'r', rid, 'q', score, 'o', owner)
+  redis.call('pexpire', l, math.max(1, left(sid)))
+  redis.call('del', key('w', rid))
+  note(name, {'t', t, 's', sid, 'o', owner})
+  return t
+end
+
+-- The first live waiter (request id, session id, score); dead ones are dropped.
+local function first(name)
+  local q = key('q', name)
+  while true do
+    local top = redis.call('zrange', q, 0, 0, 'WITHSCORES')
+    if #top == 0 then return nil end
+    local sid = string.match(top[1], '^([^/]+)/')
+    if sid and alive(sid) then return top[1], sid, top[2] end
+    redis.call('zrem', q, top[1])
+  end
+end
+
+-- The lock is free: grant it to the first live waiter and wake that waiter only.
+local function hand_over(name)
+  local rid, sid, score = first(name)
+  if not rid then return end
+  redis.call('zrem', key('q', name), rid)
+  local t = grant(name, sid, rid, score, 0)
+  local w = key('w', rid)
+  redis.call('rpush', w, t)
+  redis.call('pexpire', w, math.max(1, left(sid)))
+end
+
+-- A queue score after every score in the queue (server time in µs).
+local function next_score(q)
+  local now = redis.call('time')
+  local s = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local last = redis.call('zrange', q, -1, -1, 'WITHSCORES')
+  if #last > 0 and tonumber(last[2]) >= s then s = tonumber(last[2]) + 1 end
+  return string.format('%d', s)
+end
+
+local function queue(sid, q, score, rid)
+  redis.call('zadd', q, score, rid)
+  local ms = left(sid)
+  if redis.call('pttl', q) < ms then redis.call('pexpire', q, ms) end
+end
+
+if op == 'open' then  -- sid ttl owner
+  redis.call('set', key('s', ARGV[3]), ARGV[5], 'PX', ARGV[4])
+  return 1
+
+elseif op == 'renew' then  -- sid ttl: the session and all it holds or waits for
+  local sid, ttl = ARGV[3], tonumber(ARGV[4])
+  if redis.call('pexpire', key('s', sid), ttl) == 0 then return 0 end
+  local renewed = {'ok'}  -- and the names of the locks renewed (Redlock counts them)
+  local n = key('n', sid)
+  for _, name in ipairs(redis.call('hkeys', n)) do
+    local l = key('l', name)
+    if redis.call('hget', l, 's') == sid then
+      redis.call('pexpire', l, ttl)
+      renewed[#renewed + 1] = name
+    end
+    local q = key('q', name)
+    if redis.call('pttl', q) < ttl then redis.call('pexpire', q, ttl) end
+  end
+  redis.call('pexpire', n, ttl)
+  return renewed
+
+elseif op == 'close' then  -- sid
+  local sid = ARGV[3]
+  redis.call('del', key('s', sid))
+  local n = key('n', sid)
+  for _, name in ipairs(redis.call('hkeys', n)) do
+    local l = key('l', name)
+    local h = redis.call('hmget', l, 's', 't')
+    if h[1] == sid then
+      redis.call('del', l)
+      note(name, {'was', h[2]})
+      hand_over(name)
+    end
+  end
+  redis.call('del', n)
+  return 1
+
+elseif op == 'attempt' then  -- sid name rid enqueue score floor
+  local sid, name, rid = ARGV[3], ARGV[4], ARGV[5]
+  local enqueue, score, floor = ARGV[6] == '1', ARGV[7], tonumber(ARGV[8])
+  if not alive(sid) then return {'gone'} end
+  local q = key('q', name)
+  local h = holder(name)
+  if h and h[3] == rid then return {'granted', h[2], h[4]} end
+  if not h then
+    local top = first(name)
+    if not top or top == rid then
+      if top then redis.call('zrem', q, rid) else involve(sid, name, 1) end
+      if score == '0' then score = next_score(q) end
+      return {'granted', grant(name, sid, rid, score, floor), score}
+    end
+    hand_over(name)  -- freed by expiry, nobody handed it on: the first in line gets it now
+    h = holder(name)
+  end
+  local mine = redis.call('zscore', q, rid)
+  if not mine and enqueue then
+    if score == '0' then score = next_score(q) end
+    queue(sid, q, score, rid)
+    involve(sid, name, 1)
+    mine = score
+  end
+  h = h or {false, false, false, false, false, false}
+  local ms = redis.call('pttl', key('l', name))
+  return {'busy', mine or false, h[2], h[5], h[6], ms, redis.call('zcard', q), h[3], h[4]}
+
+elseif op == 'release' then  -- sid name token rid ('' for either: matched by the other)
+  local sid, name = ARGV[3], ARGV[4]
+  local l = key('l', name)
+  local h = redis.call('hmget', l, 's', 't', 'r')
+  if redis.call('zrem', key('q', name), ARGV[6]) == 1 then  -- a Redlock request's place
+    involve(sid, name, -1)
+  end
+  if h[1] ~= sid or (h[2] ~= ARGV[5] and h[3] ~= ARGV[6]) then return 0 end
+  redis.call('del', l)
+  involve(sid, name, -1)
+  note(name, {'was', h[2]})
+  hand_over(name)
+  return 1
+
+elseif op == 'leave' then  -- sid name rid score: leave the queue, or ('' score) re-queue
+  local sid, name, rid, score = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+  local q, l = key('q', name), key('l', name)
+  local requeue = score ~= '' and alive(sid)
+  local was = redis.call('zrem', q, rid) == 1
+  local h = redis.call('hmget', l, 'r', 't')
+  if h[1] == rid then  -- handed to us as we gave up: pass it on
+    redis.call('del', l)
+    note(name, {'was', h[2]})
+    was = true
+  end
+  redis.call('del', key('w', rid))
+  if requeue then
+    queue(sid, q, score, rid)
+    if not was then involve(sid, name, 1) end
+  elseif was then
+    involve(sid, name, -1)
+  end
+  if not holder(name) then hand_over(name) end
+  return 1
+
+elseif op == 'proclaim' then  -- sid name token value
+  local sid, name = ARGV[3], ARGV[4]
+  local l = key('l', name)
+  local h = redis.call('hmget', l, 's', 't', 'o')
+  if h[1] ~= sid or h[2] ~= ARGV[5] or not alive(sid) then return 0 end
+  redis.call('hset', l, 'v', ARGV[6])
+  note(name, {'t', h[2], 's', sid, 'o', h[3], 'v', ARGV[6]})
+  return 1
+
+elseif op == 'raise' then  -- name rid token: counter >= token; the grant of rid gets token
+  local name, rid, t = ARGV[3], ARGV[4], tonumber(ARGV[5])
+  local c = key('c', name)
+  if (tonumber(redis.call('get', c)) or 0) < t then redis.call('set', c, t) end
+  local l = key('l', name)
+  local h = redis.call('hmget', l, 'r', 't', 's', 'o', 'v')
+  if h[1] ~= rid then return 0 end
+  if tonumber(h[2]) < t then
+    redis.call('hset', l, 't', t)
+    local f = {'t', t, 's', h[3], 'o', h[4]}
+    if h[5] then f[7] = 'v'; f[8] = h[5] end
+    note(name, f)
+  end
+  return 1
+
+elseif op == 'info' then  -- name
+  local name = ARGV[3]
+  local h = holder(name)
+  if not h then return false end
+  local ms = redis.call('pttl', key('l', name))
+  return {h[2], h[5], h[6], ms, redis.call('zcard', key('q', name)), h[1], h[3], h[4]}
+end
+return redis.error_reply('tenure: unknown operation ' .. tostring(op))
+""".replace("__KEPT__", str(EVENTS_KEPT))
+
+
+@dataclass(frozen=True)
+class RedisURL:
+    """A parsed ``redis://``, ``rediss://`` or ``redlock://`` URL."""
+
+    scheme: str
+    hosts: list[tuple[str, int]]
+    db: int
+    username: str | None
+    password: str | None
+    prefix: str
+
+    def display(self) -> str:
+        """The URL with the password redacted."""
+        user = ""
+        if self.username or self.password:
+            user = (self.username or "") + (":***" if self.password else "") + "@"
+        hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
+        return f"{self.scheme}://{user}{hosts}/{self.db}?prefix={self.prefix}"
+
+
+def parse_url(url: str, schemes: Sequence[str], many: bool, usage: str) -> RedisURL:
+    """Parse a Redis store URL; ``InvalidArgument`` (never echoing a password) if malformed."""
+    if Redis is None:
+        raise InvalidArgument("the Redis stores need redis-py: pip install 'tenure[redis]'")
+    parts = urlsplit(url)
+
+    def bad(why: str) -> InvalidArgument:
+        shown = f"{parts.scheme}://{parts.hostname or ''}…" if parts.password else url
+        return InvalidArgument(f"bad Redis store URL {shown!r}: {why} (use {usage})")
+
+    scheme = parts.scheme.lower()
+    if scheme not in schemes:
+        raise bad(f"the scheme is not {' or '.join(schemes)}")
+    if parts.fragment:
+        raise bad("no fragment allowed")
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    if not hostinfo:
+        raise bad("no host")
+    hosts: list[tuple[str, int]] = []
+    for item in hostinfo.split(","):
+        host, port = item, str(DEFAULT_PORT)
+        if ":" in item and not item.endswith("]"):
+            host, _, port = item.rpartition(":")
+        if not _HOST.match(host):
+            raise bad(f"bad host {host!r}")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise bad(f"bad port {port!r}")
+        if (host, int(port)) in hosts:
+            raise bad(f"{host}:{port} is named twice")
+        hosts.append((host, int(port)))
+    if len(hosts) > 1 and not many:
+        raise bad("one host only (Redlock over several servers: redlock://h1,h2,h3)")
+    db_text = parts.path.strip("/") or "0"
+    if not db_text.isdigit():
+        raise bad(f"the path must be a database number, not {db_text!r}")
+    prefix = DEFAULT_PREFIX
+    for option, value in parse_qsl(parts.query, keep_blank_values=True):
+        if option != "prefix":
+            raise bad(f"unknown option {option!r} (known: prefix)")
+        if not _PREFIX.match(value):
+            raise bad(f"bad prefix {value!r} (letters, digits, '_', '.', '-')")
+        prefix = value
+    return RedisURL(scheme, hosts, int(db_text), username, password, prefix)
+
+
+def owner_json(owner: Owner) -> str:
+    return json.dumps({"host": owner.host, "pid": owner.pid, "label": owner.label})
+
+
+def parse_owner(text: object) -> Owner:
+    try:
+        fields = json.loads(str(text))
+        return Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+    except (ValueError, KeyError, TypeError):
+        return Owner("?", 0, "not written by tenure")
+
+
+def ms(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds * 1000)))
+
+
+def change_of(name: str, fields: dict[str, str]) -> Change:
+    """A ``Change`` from one event of a lock's stream."""
+    if "t" not in fields:
+        return Change(name, None)
+    info = LockInfo(name, int(fields["t"]), parse_owner(fields.get("o")), 0.0, 0, fields.get("v"))
+    return Change(name, info)
+
+
+class Instance:
+    """One Redis server: a client for calls, one for blocking reads, errors translated."""
+
+    def __init__(self, url: RedisURL, host: str, port: int) -> None:
+        self.address = f"{host}:{port}"
+        self.prefix = url.prefix
+        common: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "db": url.db,
+            "username": url.username,
+            "password": url.password,
+            "ssl": url.scheme == "rediss",
+            "decode_responses": True,
+            "socket_connect_timeout": CALL_TIMEOUT,
+            # One immediate retry: a pooled connection may be dead after a server restart. Every
+            # operation of the script is idempotent, so a repeated call is harmless.
+            "retry": Retry(NoBackoff(), 1),
+        }
+        self.client = Redis(socket_timeout=CALL_TIMEOUT, **common)
+        self.blocking = Redis(socket_timeout=None, **common)
+        self.script = self.client.register_script(SCRIPT)
+
+    def key(self, kind: str, ident: str) -> str:
+        return f"{self.prefix}:{kind}:{ident}"
+
+    def unavailable(self, exc: BaseException) -> StoreUnavailable:
+        what = type(exc).__name__
+        detail = str(exc).splitlines()[0] if str(exc) else what
+        return StoreUnavailable(f"Redis at {self.address}: {detail}")
+
+    async def call(self, op: str, *args: str, timeout: float = CALL_TIMEOUT) -> Any:
+        try:
+            with anyio.fail_after(timeout):
+                return await self.script(keys=[], args=[op, self.prefix, *args])
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            raise self.unavailable(exc) from None
+
+    async def lock_names(self) -> list[str]:
+        start = len(self.key("l", ""))
+        names = []
+        try:
+            with anyio.fail_after(CALL_TIMEOUT * 4):
+                async for key in self.client.scan_iter(match=self.key("l", "*"), count=1000):
+                    names.append(str(key)[start:])
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            raise self.unavailable(exc) from None
+        return sorted(set(names))
+
+    async def info(self, name: str) -> LockInfo | None:
+        row = await self.call("info", name)
+        if not row:
+            return None
+        token, owner, value, left, waiters = row[:5]
+        expires = max(0.0, int(left) / 1000)
+        return LockInfo(name, int(token), parse_owner(owner), expires, int(waiters), value)
+
+    async def pop_wake(self, rid: str, timeout: float) -> str | None:
+        """The token a hand-over pushed to this waiter, waiting up to ``timeout`` seconds (None:
+        nothing came). Errors are not raised: the caller's next call reports them."""
+        if timeout < 0.001:
+            return None
+        try:
+            with anyio.move_on_after(timeout + 1.0):  # a stuck server must not hold us longer
+                got = await self.blocking.blpop([self.key("w", rid)], timeout=timeout)
+                return None if got is None else str(got[1])
+        except (redis_errors.RedisError, OSError):
+            await anyio.sleep(min(timeout, 0.1))
+        return None
+
+    async def last_event(self, name: str) -> str:
+        """The id of the last event of ``name`` (``0-0``: none yet)."""
+        try:
+            with anyio.fail_after(CALL_TIMEOUT):
+                last = await self.client.xrevrange(self.key("e", name), count=1)
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            raise self.unavailable(exc) from None
+        return str(last[0][0]) if last else "0-0"
+
+    async def read_events(
+        self, name: str, after: str, timeout: float
+    ) -> list[tuple[str, dict[str, str]]]:
+        """Events of ``name`` after the id ``after``, waiting up to ``timeout`` for one."""
+        key = self.key("e", name)
+        block = int(timeout * 1000)
+        answer: Any
+        try:
+            if block <= 0:  # XREAD BLOCK 0 would wait for ever
+                with anyio.fail_after(CALL_TIMEOUT):
+                    answer = await self.client.xread({key: after}, count=EVENTS_KEPT)
+            else:
+                with anyio.fail_after(timeout + CALL_TIMEOUT):
+                    answer = await self.blocking.xread({key: after}, count=EVENTS_KEPT, block=block)
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            raise self.unavailable(exc) from None
+        if not answer:
+            return []
+        return [(str(ident), dict(fields)) for ident, fields in answer[0][1]]
+
+    async def aclose(self) -> None:
+        for client in (self.client, self.blocking):
+            with contextlib.suppress(redis_errors.RedisError, OSError):
+                await client.aclose()

@@ -1,0 +1,1019 @@
+"""The ZooKeeper store: ``zookeeper://host:port[,host:port…][/chroot]`` (default ``/tenure``).
+
+Spoken with kazoo, through its ``*_async`` calls only: each result is handed to the waiting event
+loop thread-safely (``_result``), and kazoo's watch callbacks only set events or issue further
+reads, so no user code ever runs on kazoo's threads and both tenure APIs (the sync one runs this
+async core on its own loop thread) work unchanged.
+
+- **Session = one kazoo connection = one ZooKeeper session** whose timeout is the TTL. The
+  connection sends no pings of its own (``_SessionConnection``): the server's session timer is
+  reset only by tenure's ``keep_alive`` (one confirmed round trip) and by the session's requests,
+  so a holder that stops renewing loses its nodes when the *server* says so. If the server
+  negotiates a timeout shorter than the TTL (its ``maxSessionTimeout``), ``open_session`` refuses
+  (``InvalidArgument``): the client's deadline must never outlive the server's expiry; a longer
+  one (``minSessionTimeout``) is kept: a crashed holder's lock then lives that long. After a
+  connection loss kazoo reconnects to any server with the same session (the same ephemeral nodes:
+  the same leases and tokens); meanwhile ``keep_alive`` raises ``StoreUnavailable``, and the core
+  declares loss at the deadline counted from the last confirmed contact. Once the session has
+  expired it never comes back as a new one: ``keep_alive`` answers False, ``attempt`` raises
+  ``LeaseLost``.
+- **Lock = a queue of ephemeral sequential nodes** ``<chroot>/locks/<percent-encoded name>/
+  <session tag>-<n>-<sequence>``; the name keeps no ``/`` and no ``.`` segment, so no name escapes
+  its parent. The holder is the lowest sequence; the **token is its node's czxid** (the zxid of
+  its creation: global, monotonic, committed by the quorum before the answer; unlike sequence
+  numbers it keeps growing when the parent is deleted and recreated).
+- **One attempt = 1 round trip**: the create and the ``get_children`` are sent together (a
+  session's requests are answered in order, so the listing sees the create); uncontended
+  acquire + release is create + delete, the floor. The node's name prefix is unique to this
+  attempt, so a create whose answer was lost (connection loss) is found again among the children
+  rather than made twice; a prefix still in doubt is cleaned at the next keep-alive. An attempt
+  that will not wait (``enqueue=False``) deletes its node when it is not first: no trace.
+- **Waiting** sets an ``exists`` watch on the predecessor only: one wake-up per release, no herd,
+  arrival order (sequence order).
+- **Release** deletes the own node by its path, which embeds the attempt's unique prefix and
+  sequence: it can only be this session's node with this token.
+- **expires_in** of a holder: ZooKeeper does not tell a session's time left, so it is the
+  holder's session timeout (in its node's data): an upper bound, exact right after a renewal.
+- **Leader election.** ``proclaim`` rewrites the holder node's data (owner and value) by its own
+  path, which exists only while this session holds the lock with this token. ``watch`` follows
+  the queue with one-shot watches (ZooKeeper 3.8 and kazoo 2.11 have no persistent watches in
+  reach), re-armed by the very reads that follow each event, on kazoo's thread, without waiting
+  for the caller. A change that lands between an event and the re-read is seen coalesced with
+  it: a grant whose node already carries a value (data version > 0) is still reported as the
+  grant (value None) then the value, but two values set within one round trip, or a whole term
+  granted and released within one, may be missed. Events never come out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote, unquote, urlsplit
+
+import anyio
+import sniffio
+
+from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+    from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
+
+DEFAULT_PORT = 2181
+DEFAULT_CHROOT = "/tenure"
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
+_CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+_SEQUENCE = re.compile(r"-(\d{10})$")
+_KAZOO_LOG = logging.getLogger("tenure.zookeeper.kazoo")
+_KAZOO_LOG.addHandler(logging.NullHandler())  # kazoo's reconnect chatter: not on stderr
+READ_SESSION = 10.0
+"""Session timeout of the shared connection for reads and watches (kazoo pings it)."""
+
+
+# -- kazoo → event loop --------------------------------------------------------------------
+
+
+def _waker() -> Callable[[Callable[[], object]], None]:
+    """A thread-safe, non-blocking way to run a function on the current event loop."""
+    if sniffio.current_async_library() == "asyncio":
+        loop = asyncio.get_running_loop()
+
+        def call(fn: Callable[[], object]) -> None:
+            with contextlib.suppress(RuntimeError):  # closed loop: nobody waits any more
+                loop.call_soon_threadsafe(fn)
+
+        return call
+    trio = importlib.import_module("trio")
+    token = trio.lowlevel.current_trio_token()
+
+    def call_trio(fn: Callable[[], object]) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(fn)
+
+    return call_trio
+
+
+async def _result(async_result: IAsyncResult) -> Any:
+    """Await a kazoo result; kazoo's thread only schedules ``done.set`` on the loop."""
+    done = anyio.Event()
+    call = _waker()
+    async_result.rawlink(lambda _: call(done.set))
+    await done.wait()
+    return async_result.get_nowait()
+
+
+def _kazoo() -> Any:
+    try:
+        import kazoo.client  # type: ignore[import-untyped]
+        import kazoo.exceptions  # type: ignore[import-untyped]
+        import kazoo.protocol.connection  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - depends on the installation
+        raise InvalidArgument(
+            "the zookeeper store needs kazoo: pip install 'tenure[zookeeper]'"
+        ) from None
+    return kazoo
+
+
+def _connection_class() -> type:
+    """kazoo's connection, with no pings of its own and no new session after expiry."""
+    from kazoo.exceptions import ConnectionDropped
+    from kazoo.protocol.connection import (
+        STOP_CONNECTING,
+        ConnectionHandler,
+    )
+    from kazoo.protocol.serialization import Connect  # type: ignore[import-untyped]
+
+    class SessionConnection(ConnectionHandler):  # type: ignore[misc]
+        negotiated = 0.0
+        """The session timeout the server granted (seconds)."""
+        ended = False
+        """The session expired or was closed: never connect again (kazoo would make a new one)."""
+
+        def _invoke(self, timeout: float, request: Any, xid: int | None = None) -> Any:
+            answer = super()._invoke(timeout, request, xid)
+            if isinstance(request, Connect):
+                if answer[0].time_out <= 0:
+                    self.ended = True  # "session expired": never again a new one
+                else:
+                    self.negotiated = answer[0].time_out / 1000.0
+            return answer
+
+        def _send_ping(self, connect_timeout: float) -> None:
+            # The session is kept alive by tenure's keep-alive alone. While closing, no answer
+            # to the close may come (a paused server): stop waiting for it.
+            if self.client._stopped.is_set():
+                raise ConnectionDropped("closing")
+
+        def _connect_attempt(self, host: str, hostip: str, port: int, retry: Any) -> Any:
+            if self.ended:
+                return STOP_CONNECTING
+            return super()._connect_attempt(host, hostip, port, retry)
+
+    return SessionConnection
+
+
+# -- names and paths -----------------------------------------------------------------------
+
+
+def _encode(name: str) -> str:
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
+
+
+def _queue(children: list[str]) -> list[str]:
+    """The lock's nodes in arrival order (foreign children ignored)."""
+    numbered = []
+    for child in children:
+        match = _SEQUENCE.search(child)
+        if match:
+            numbered.append((int(match.group(1)), child))
+    return [child for _, child in sorted(numbered)]
+
+
+def _info(name: str, data: bytes, stat: Any, count: int) -> LockInfo:
+    try:
+        fields = json.loads(data)
+        who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+        value = fields.get("value")
+        ttl = float(fields.get("ttl", 0.0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        who, value, ttl = Owner("?", 0, "not written by tenure"), None, 0.0
+    value = value if isinstance(value, str) else None
+    return LockInfo(name, int(stat.czxid), who, ttl, max(0, count - 1), value)
+
+
+_LOG_CACHE = 1024
+SETTLE = 0.05
+"""Longest wait for a watch's read chain in flight, or for a bare grant's value, before changes
+are handed out."""
+LOG_LENGTH = 32
+"""Proclaimed values kept in a lock's parent node, for watchers that read late."""
+
+
+def _log(data: bytes) -> list[tuple[int, LockInfo]]:
+    """The values last proclaimed on a lock (its parent node's data): (number, term + value)."""
+    entries = []
+    try:
+        for fields in json.loads(data)["log"] if data else []:
+            who = Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+            value = fields["value"]
+            value = value if isinstance(value, str) else None
+            entries.append((int(fields["n"]), LockInfo("", int(fields["token"]), who, 0, 0, value)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return entries
+
+
+def _fields(info: LockInfo) -> dict[str, object]:
+    who = info.owner
+    return {
+        "host": who.host,
+        "pid": who.pid,
+        "label": who.label,
+        "token": info.token,
+        "value": info.value,
+    }
+
+
+def _value(log: list[tuple[int, LockInfo]], token: int) -> str | None:
+    """The value last proclaimed in the term ``token`` (None: none yet)."""
+    return next((info.value for _, info in reversed(log) if info.token == token), None)
+
+
+# -- sessions and tickets --------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ZooKeeperSession(Session):
+    ttl: float
+    client: KazooClient
+    connection: Any
+    session_id: int
+    tag: str
+    fields: dict[str, object]
+    counter: int = 0
+    held: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(name, token) → own node path of the grants this session holds."""
+    doubt: set[tuple[str, str]] = field(default_factory=set)
+    """(parent, prefix) of creates whose answer was lost: deleted at the next keep-alive."""
+    closed: bool = False
+
+    @property
+    def gone(self) -> bool:
+        return bool(self.connection.ended)
+
+    @property
+    def patience(self) -> float:
+        """How long to wait for one answer before trying another server."""
+        return max(0.3, min(2.0, self.ttl / 3))
+
+    def prefix(self) -> str:
+        self.counter += 1
+        return f"{self.tag}-{self.counter:x}-"
+
+    def data(self, value: str | None = None) -> bytes:
+        fields = dict(self.fields) if value is None else {**self.fields, "value": value}
+        return json.dumps(fields).encode()
+
+
+@dataclass(eq=False)
+class ZooKeeperTicket:
+    session: ZooKeeperSession
+    name: str
+    path: str
+    left: bool = False
+    event: anyio.Event | None = None
+    call: Callable[[Callable[[], object]], None] | None = None
+
+    def on_watch(self, _event: object) -> None:  # kazoo's thread: hand over, nothing more
+        if self.call is not None:
+            self.call(self._wake)
+
+    def _wake(self) -> None:
+        if self.event is not None:
+            self.event.set()
+
+
+class _Gone(Exception):
+    """The session expired (or was closed)."""
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+class ZooKeeperStore(Store):
+    scheme: ClassVar[str] = "zookeeper"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        grade="correctness",
+        machines="many",
+        durable_tokens=True,
+        store_judges_expiry=True,
+        fair=True,
+        native_wait=True,
+        notes=(
+            "token = the holder node's czxid (committed by the quorum); session = one ZooKeeper"
+            " session (timeout = TTL, refused if the server grants less); waiters watch their"
+            " predecessor; expires_in is an upper bound (the session timeout)"
+        ),
+    )
+
+    def __init__(self, hosts: list[str], chroot: str = DEFAULT_CHROOT) -> None:
+        self.hosts = hosts
+        self.chroot = chroot
+        self._root = f"{chroot}/locks"
+        self._reader: KazooClient | None = None
+        self._reader_lock = threading.Lock()
+        self._watches: weakref.WeakSet[ZooKeeperWatch] = weakref.WeakSet()
+        self._logs: dict[str, tuple[int, list[tuple[int, LockInfo]]]] = {}
+        """Lock parent → (data version, proclaimed values) as this store last wrote them."""
+        self.wakeups = 0
+        """Predecessor watches that fired: for tests and metrics."""
+
+    @classmethod
+    def from_url(cls, url: str) -> ZooKeeperStore:
+        def bad(why: str) -> InvalidArgument:
+            return InvalidArgument(
+                f"bad zookeeper store URL: {why} (use zookeeper://host:port[,host:port…][/chroot])"
+            )
+
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            raise bad("not a URL") from None
+        if parts.scheme.lower() != "zookeeper":
+            raise bad("the scheme is not zookeeper")
+        if parts.query or parts.fragment or "@" in parts.netloc:
+            raise bad("no user, query or fragment allowed")
+        if not parts.netloc:
+            raise bad("no host")
+        hosts = []
+        for item in parts.netloc.split(","):
+            host, port = item, str(DEFAULT_PORT)
+            if ":" in item and not item.endswith("]"):
+                host, _, port = item.rpartition(":")
+            if not _HOST.match(host):
+                raise bad(f"bad host {host!r}")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise bad(f"bad port {port!r}")
+            hosts.append(f"{host}:{int(port)}")
+        chroot = unquote(parts.path).rstrip("/") or DEFAULT_CHROOT
+        segments = chroot.split("/")[1:]
+        if not _CHROOT.match(chroot) or any(s in (".", "..") for s in segments):
+            raise bad(f"bad chroot {chroot!r} (/segments of letters, digits, '_', '.', '-')")
+        if segments[0] == "zookeeper":
+            raise bad("the chroot /zookeeper is ZooKeeper's own")
+        return cls(hosts, chroot)
+
+    @property
+    def url(self) -> str:
+        return f"zookeeper://{','.join(self.hosts)}{self.chroot}"
+
+    def _parent(self, name: str) -> str:
+        return f"{self._root}/{_encode(name)}"
+
+    def _unavailable(self, what: object) -> StoreUnavailable:
+        return StoreUnavailable(f"zookeeper at {', '.join(self.hosts)}: {what}")
+
+    # -- talking to kazoo ------------------------------------------------------------------
+
+    async def _session_call(
+        self, session: ZooKeeperSession, request: Callable[[], IAsyncResult]
+    ) -> Any:
+        """One request on the session, answered within its patience. Raises ``_Gone`` if the
+        session expired, ``StoreUnavailable`` on connection loss or no answer (then the
+        connection is dropped, so kazoo tries the next server with the same session)."""
+        k = _kazoo()
+        if session.gone or session.closed:
+            raise _Gone
+        pending = request()
+        with anyio.move_on_after(session.patience):
+            try:
+                return await _result(pending)
+            except k.exceptions.SessionExpiredError:
+                raise _Gone from None
+            except (k.exceptions.ConnectionLoss, k.exceptions.ConnectionClosedError) as exc:
+                if session.gone or session.closed:
+                    raise _Gone from None
+                raise self._unavailable(f"connection lost ({type(exc).__name__})") from None
+            except k.exceptions.OperationTimeoutError:
+                raise self._unavailable("operation timed out") from None
+        if session.client.connected:  # stuck on a server that does not answer (paused)
+            session.client._call(k.protocol.connection._CONNECTION_DROP, None)
+        raise self._unavailable(f"no answer within {session.patience:.2g}s")
+
+    async def _settled(self, session: ZooKeeperSession, request: Callable[[], IAsyncResult]) -> Any:
+        """An idempotent request, sent again through connection losses for up to the session's
+        TTL (after which the session is gone anyway)."""
+        give_up = time.monotonic() + session.ttl
+        while True:
+            try:
+                return await self._session_call(session, request)
+            except StoreUnavailable:
+                if time.monotonic() > give_up:
+                    raise
+                await anyio.sleep(0.02)
+
+    def _reader_client(self) -> KazooClient:
+        with self._reader_lock:
+            if self._reader is None:
+                k = _kazoo()
+                client = k.client.KazooClient(
+                    hosts=",".join(self.hosts),
+                    timeout=READ_SESSION,
+                    logger=_KAZOO_LOG,
+                    connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 1.0},
+                )
+                client.add_listener(self._on_reader_state)
+                self._reader = client
+            return self._reader
+
+    def _on_reader_state(self, state: str) -> None:  # kazoo's thread
+        if state == "CONNECTED":
+            for watch in list(self._watches):
+                watch.trigger()  # watches were dropped with the old connection: re-read
+
+    async def _connected_reader(self) -> KazooClient:
+        client = self._reader_client()
+        if not client.connected:
+            try:
+                await anyio.to_thread.run_sync(_start, client, 5.0)
+            except StoreUnavailable as exc:
+                raise self._unavailable(exc) from None
+        return client
+
+    async def _read(self, request: Callable[[KazooClient], IAsyncResult]) -> Any:
+        """A read on the shared connection; sent again through connection losses for a while."""
+        k = _kazoo()
+        give_up = time.monotonic() + 8.0
+        while True:
+            client = await self._connected_reader()
+            try:
+                with anyio.fail_after(2.0):
+                    return await _result(request(client))
+            except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
+                if time.monotonic() > give_up:
+                    raise self._unavailable("no answer") from None
+                await anyio.sleep(0.05)
+            except k.exceptions.ConnectionClosedError:
+                raise self._unavailable("connection closed") from None
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def open_session(self, ttl: float, owner: Owner) -> Session:
+        k = _kazoo()
+        client = k.client.KazooClient(
+            hosts=",".join(self.hosts),
+            timeout=ttl,
+            logger=_KAZOO_LOG,
+            connection_retry={
+                "max_tries": -1,
+                "delay": 0.02,
+                "backoff": 1.5,
+                "max_delay": max(0.05, min(1.0, ttl / 4)),
+            },
+        )
+        connection = _connection_class()(client, client._conn_retry.copy(), logger=client.logger)
+        client._connection = connection
+
+        def on_state(state: str) -> None:  # kazoo's thread: the session is over for good
+            if state == "LOST" and connection.negotiated:
+                connection.ended = True
+
+        client.add_listener(on_state)
+        try:
+            await anyio.to_thread.run_sync(_start, client, max(2.0, min(10.0, ttl)))
+        except StoreUnavailable as exc:
+            raise self._unavailable(exc) from None
+        granted = connection.negotiated
+        if granted < ttl - 1e-3:
+            await anyio.to_thread.run_sync(_stop, client)
+            raise InvalidArgument(
+                f"ttl {ttl:g}s is longer than this ZooKeeper ensemble allows"
+                f" (maxSessionTimeout {granted:g}s): use a shorter ttl"
+            )
+        fields: dict[str, object] = {
+            "host": owner.host,
+            "pid": owner.pid,
+            "label": owner.label,
+            "ttl": granted,
+        }
+        return ZooKeeperSession(
+            ttl, client, connection, client.client_id[0], secrets.token_hex(8), fields
+        )
+
+    async def keep_alive(self, session: Session) -> bool:
+        assert isinstance(session, ZooKeeperSession)
+        try:
+            # Any request resets the session's timer on the server: the cheapest is enough.
+            await self._session_call(session, lambda: session.client.exists_async("/"))
+        except _Gone:
+            return False
+        if session.doubt:
+            with anyio.move_on_after(session.patience):  # never delays the answer for long
+                await self._sweep(session)
+        return True
+
+    async def _sweep(self, session: ZooKeeperSession) -> None:
+        """Delete nodes that a create whose answer was lost may have left."""
+        k = _kazoo()
+        for parent, prefix in list(session.doubt):
+            try:
+                children = await self._session_call(
+                    session, partial(session.client.get_children_async, parent)
+                )
+                for child in children:
+                    if child.startswith(prefix):
+                        await self._delete(session, f"{parent}/{child}")
+            except k.exceptions.NoNodeError:
+                pass
+            except (StoreUnavailable, _Gone):
+                return
+            session.doubt.discard((parent, prefix))
+
+    async def close_session(self, session: Session) -> None:
+        assert isinstance(session, ZooKeeperSession)
+        if session.closed:
+            return
+        session.closed = True
+        # Closing the ZooKeeper session deletes every node it holds or queues with.
+        await anyio.to_thread.run_sync(_stop, session.client)
+        session.held.clear()
+        session.doubt.clear()
+
+    # -- locks -----------------------------------------------------------------------------
+
+    async def _enqueue(
+        self, session: ZooKeeperSession, parent: str, prefix: str, look_first: bool = False
+    ) -> tuple[str, int, list[str]]:
+        """Create the own node (or find it, if an earlier create with this prefix applied and
+        its answer was lost) → (its path, its czxid, the lock's children after it)."""
+        k = _kazoo()
+        client = session.client
+        give_up = time.monotonic() + session.ttl
+        while True:
+            try:
+                if look_first:
+                    children = await self._session_call(
+                        session, lambda: client.get_children_async(parent)
+                    )
+                    mine = [c for c in children if c.startswith(prefix)]
+                    if mine:
+                        path = f"{parent}/{mine[0]}"
+                        stat = await self._session_call(session, partial(client.exists_async, path))
+                        if stat is not None:
+                            return path, int(stat.czxid), children
+                # Both sent before either answer: one round trip (answers come in order).
+                create = client.create_async(
+                    f"{parent}/{prefix}",
+                    session.data(),
+                    ephemeral=True,
+                    sequence=True,
+                    include_data=True,
+                )
+                listing = client.get_children_async(parent)
+                path, stat = await self._session_call(session, partial(_same, create))
+                look_first = True  # from here on, a lost answer may hide an applied create
+                children = await self._session_call(session, partial(_same, listing))
+            except k.exceptions.NoNodeError:
+                await self._settled(session, lambda: client.ensure_path_async(parent))
+                continue
+            except StoreUnavailable:
+                look_first = True
+                if time.monotonic() > give_up:
+                    session.doubt.add((parent, prefix))
+                    raise
+                await anyio.sleep(0.02)
+                continue
+            if stat.ephemeralOwner != session.session_id:  # never expected: not our session's
+                await self._delete(session, path)
+                raise _Gone
+            return path, int(stat.czxid), children
+
+    async def _delete(self, session: ZooKeeperSession, path: str) -> None:
+        k = _kazoo()
+        with contextlib.suppress(k.exceptions.NoNodeError):
+            await self._settled(session, lambda: session.client.delete_async(path))
+
+    async def attempt(
+        self, session: Session, name: str, ticket: object | None, enqueue: bool
+    ) -> Grant | Busy:
+        assert isinstance(session, ZooKeeperSession)
+        assert ticket is None or isinstance(ticket, ZooKeeperTicket)
+        k = _kazoo()
+        parent = self._parent(name)
+        try:
+            path: str | None = None
+            if ticket is not None:
+                try:
+                    children = await self._settled(
+                        session, lambda: session.client.get_children_async(parent)
+                    )
+                except k.exceptions.NoNodeError:
+                    children = []
+                if ticket.path.rsplit("/", 1)[1] in children:
+                    path = ticket.path
+                else:
+                    ticket.path = ""  # deleted under us (by hand?): queue again at the end
+            if path is None:
+                path, _, children = await self._enqueue(session, parent, session.prefix())
+                if ticket is not None:
+                    ticket.path = path
+            queue = _queue(children)
+            own = path.rsplit("/", 1)[1]
+            if own not in queue:  # never expected: the listing followed the create
+                queue = _queue([*children, own])
+            if queue[0] == own:
+                stat = await self._settled(session, lambda: session.client.exists_async(path))
+                if stat is None:
+                    raise _Gone
+                token = int(stat.czxid)
+                session.held[(name, token)] = path
+                return Grant(token=token, renewed_session=False)
+            waiting = ticket is not None or enqueue
+            holder = await self._holder(name, parent, queue)
+            if not waiting:
+                await self._delete(session, path)
+                return Busy(holder=holder, ticket=None)
+            predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
+            if ticket is None:
+                ticket = ZooKeeperTicket(session, name, path)
+            return Busy(holder=holder, ticket=ticket, extra={"predecessor": predecessor})
+        except _Gone:
+            raise LeaseLost("the ZooKeeper session is gone") from None
+
+    async def _holder(self, name: str, parent: str, queue: list[str]) -> LockInfo | None:
+        """The holder of ``queue`` (the first node still there), with its proclaimed value."""
+        k = _kazoo()
+        client = await self._connected_reader()
+        proclaimed = client.get_async(parent)  # sent with the first holder read: one round trip
+        for child in queue:
+            try:
+                data, stat = await self._answer(client.get_async(f"{parent}/{child}"))
+            except k.exceptions.NoNodeError:
+                continue  # released meanwhile: the next one holds
+            try:
+                log = _log((await self._answer(proclaimed))[0])
+            except k.exceptions.NoNodeError:
+                log = []
+            return replace(_info(name, data, stat, len(queue)), value=_value(log, stat.czxid))
+        return None
+
+    async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
+        assert isinstance(ticket, ZooKeeperTicket)
+        predecessor = busy.extra.get("predecessor")
+        with anyio.move_on_after(timeout):
+            if isinstance(predecessor, str):
+                ticket.event = anyio.Event()
+                ticket.call = _waker()
+                client = ticket.session.client
+                try:
+                    stat = await self._session_call(
+                        ticket.session,
+                        lambda: client.exists_async(predecessor, watch=ticket.on_watch),
+                    )
+                except (StoreUnavailable, _Gone):
+                    stat = None
+                    await anyio.sleep(0.05)  # attempt again soon: it tells what happened
+                if stat is not None:
+                    await ticket.event.wait()
+                    self.wakeups += 1
+                return
+            await anyio.sleep(min(timeout, 0.1))
+
+    async def leave(self, ticket: object) -> None:
+        assert isinstance(ticket, ZooKeeperTicket)
+        if ticket.left:
+            return
+        ticket.left = True
+        if not ticket.path:
+            return
+        try:  # the successor watches this node: deleting it wakes the next in line
+            await self._delete(ticket.session, ticket.path)
+        except StoreUnavailable:
+            parent, child = ticket.path.rsplit("/", 1)
+            ticket.session.doubt.add((parent, child))  # deleted at the next keep-alive
+        except _Gone:
+            pass  # the session's nodes are gone with it
+
+    async def release(self, session: Session, name: str, token: int) -> None:
+        assert isinstance(session, ZooKeeperSession)
+        path = session.held.get((name, token))
+        if path is None:
+            return  # never granted to this session (or released already)
+        with contextlib.suppress(_Gone):  # gone: its nodes went with it
+            await self._delete(session, path)
+        del session.held[(name, token)]
+
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        k = _kazoo()
+        if name is None:
+            try:
+                encoded = await self._read(lambda c: c.get_children_async(self._root))
+            except k.exceptions.NoNodeError:
+                return []
+        else:
+            encoded = [_encode(name)]
+        client = await self._connected_reader()
+        # All listings sent at once, then all holders: two round trips whatever the count.
+        listings = [client.get_children_async(f"{self._root}/{e}") for e in encoded]
+        queues: dict[str, list[str]] = {}
+        for enc, listing in zip(encoded, listings, strict=True):
+            try:
+                queue = _queue(await self._answer(listing))
+            except k.exceptions.NoNodeError:
+                continue
+            if queue:
+                queues[enc] = queue
+        found: list[LockInfo] = []
+        for enc, queue in sorted(queues.items(), key=lambda item: unquote(item[0])):
+            info = await self._holder(unquote(enc), f"{self._root}/{enc}", queue)
+            if info is not None:
+                found.append(info)
+        return found
+
+    async def _answer(self, pending: IAsyncResult) -> Any:
+        k = _kazoo()
+        try:
+            with anyio.fail_after(2.0):
+                return await _result(pending)
+        except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
+            raise self._unavailable("no answer") from None
+        except k.exceptions.ConnectionClosedError:
+            raise self._unavailable("connection closed") from None
+
+    # -- leader election -------------------------------------------------------------------
+
+    async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        assert isinstance(session, ZooKeeperSession)
+        k = _kazoo()
+        path = session.held.get((name, token))
+        if path is None:
+            return False  # never granted to this session, or released
+        parent = path.rsplit("/", 1)[0]
+        client = session.client
+        try:
+            known = self._logs.pop(parent, None)  # our last write: usually still the latest
+            while True:
+                # The value is appended to the log in the lock's parent node, so it outlives
+                # its term for watchers that read late; written only while the own node (this
+                # session, this token) exists, and only over the log version read (or written)
+                # last: one round trip when no one else proclaimed since.
+                if known is None:
+                    data, stat = await self._settled(session, lambda: client.get_async(parent))
+                    known = (int(stat.version), _log(data))
+                version, log = known
+                number = log[-1][0] + 1 if log else 1
+                kept = [{"n": n, **_fields(info)} for n, info in log[-(LOG_LENGTH - 1) :]]
+                entry = {"n": number, **session.fields, "token": token, "value": value}
+                body = json.dumps({"log": [*kept, entry]}).encode()
+
+                def multi(version: int = version, body: bytes = body) -> IAsyncResult:
+                    txn = client.transaction()
+                    txn.check(path, -1)
+                    txn.set_data(parent, body, version)
+                    return txn.commit_async()
+
+                results = await self._settled(session, multi)
+                if isinstance(results[0], k.exceptions.NoNodeError):
+                    return False  # released, or the session is gone
+                if not any(isinstance(r, k.exceptions.KazooException) for r in results):
+                    if len(self._logs) >= _LOG_CACHE:
+                        self._logs.clear()
+                    self._logs[parent] = (results[1].version, _log(body))
+                    return True
+                known = None
+                # BadVersion: another value was proclaimed meanwhile (a retried one): again
+        except (_Gone, k.exceptions.NoNodeError):
+            return False
+
+    async def watch(self, name: str) -> Watch:
+        client = await self._connected_reader()
+        parent = self._parent(name)
+        await self._read(lambda c: c.ensure_path_async(parent))
+        watch = ZooKeeperWatch(self, client, name, parent)
+        self._watches.add(watch)
+        watch.trigger()
+        try:
+            with anyio.fail_after(8.0):
+                await watch.primed.wait()
+        except TimeoutError:
+            await watch.aclose()
+            raise self._unavailable("could not read the lock to watch") from None
+        return watch
+
+    async def aclose(self) -> None:
+        for watch in list(self._watches):
+            await watch.aclose()
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            await anyio.to_thread.run_sync(_stop, reader)
+
+
+class ZooKeeperWatch(Watch):
+    """The changes of one lock's holder, followed with one-shot watches on kazoo's threads.
+
+    Each event (the queue changed, a value was proclaimed, the holder's node changed, the
+    connection came back) re-reads the queue and the lock's last proclaimed value (the parent's
+    data, which names its term), then the holder, with new watches: one read chain at a time (an
+    event during a chain runs it once more). What the reads show is turned into changes in
+    order: a proclaimed value not yet reported (its term's grant first, if that was missed too),
+    then the holder now; a new holder that was not queued at the previous read took a free lock,
+    so the release before it is reported too.
+    """
+
+    def __init__(self, store: ZooKeeperStore, client: KazooClient, name: str, parent: str):
+        self._store = store
+        self._client = client
+        self._name = name
+        self._parent = parent
+        self._lock = threading.Lock()
+        self._pending: list[Change] = []
+        self._shown: tuple[int, str | None] | None = None
+        self._top = 0  # the highest token reported (or seen at subscription)
+        self._cversion = -1  # the parent's child version at the previous read
+        self._number = 0  # the last proclaimed value's number reported (or seen at subscription)
+        self._queued: set[str] = set()  # the queue at the previous read
+        self._running = False
+        self._again = False
+        self._closed = False
+        self._call = _waker()
+        self._event = anyio.Event()
+        self.primed = anyio.Event()
+        self._is_primed = False
+
+    # kazoo's threads ------------------------------------------------------------------------
+
+    def trigger(self, _event: object = None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._running:
+                self._again = True
+                return
+            self._running = True
+        self._read_queue()
+
+    def _read_queue(self) -> None:
+        try:
+            listing = self._client.get_children_async(self._parent, watch=self.trigger)
+            proclaimed = self._client.get_async(self._parent, watch=self.trigger)
+        except Exception:  # closed client
+            self._finish(failed=True)
+            return
+        # Answers come in order: when the second is in, so is the first.
+        proclaimed.rawlink(lambda _: self._got_queue(listing, proclaimed))
+
+    def _got_queue(self, listing: IAsyncResult, proclaimed: IAsyncResult) -> None:
+        try:
+            queue = _queue(listing.get_nowait())
+            data, parent = proclaimed.get_nowait()
+        except Exception:  # NoNode (deleted by hand) or connection lost: the reader's
+            self._finish(failed=True)
+            return
+        log = _log(data)
+        with self._lock:
+            before, self._cversion = self._cversion, int(parent.cversion)
+        if not queue:
+            self._note(queue, log, None)
+            self._finish()
+            return
+        holder = self._client.get_async(f"{self._parent}/{queue[0]}", watch=self.trigger)
+        holder.rawlink(lambda answer: self._got_holder(answer, queue, log, parent, before))
+
+    def _got_holder(
+        self,
+        answer: IAsyncResult,
+        queue: list[str],
+        log: list[tuple[int, LockInfo]],
+        parent: Any,
+        before: int,
+    ) -> None:
+        k = _kazoo()
+        try:
+            data, stat = answer.get_nowait()
+        except k.exceptions.NoNodeError:
+            self._vanished(queue, parent, before)
+            with self._lock:
+                self._again = True  # released meanwhile: read again
+            self._finish()
+            return
+        except Exception:
+            self._finish(failed=True)
+            return
+        self._note(queue, log, _info(self._name, data, stat, len(queue)))
+        self._finish()
+
+    def _vanished(self, queue: list[str], parent: Any, before: int) -> None:
+        """The holder was released before it could be read. If its creation was the only
+        change to the queue since the previous read (of an empty queue), the parent's pzxid
+        is its czxid: its term is reported (its owner unknown)."""
+        with self._lock:
+            only = queue == [queue[0]] and not self._queued and self._shown is None
+            if only and self._is_primed and int(parent.cversion) == before + 1:
+                who = Owner("?", 0, "released before it could be read")
+                self._emit(LockInfo(self._name, int(parent.pzxid), who, 0.0))
+                self._queued = set(queue)
+
+    def _finish(self, failed: bool = False) -> None:
+        with self._lock:
+            again = self._again and not self._closed and not failed
+            self._again = False
+            self._running = again
+        if again:
+            self._read_queue()
+
+    def _emit(self, info: LockInfo | None) -> None:
+        state = None if info is None else (info.token, info.value)
+        if state != self._shown:
+            self._shown = state
+            self._pending.append(Change(self._name, info))
+            if info is not None:
+                self._top = max(self._top, info.token)
+
+    def _note(
+        self, queue: list[str], log: list[tuple[int, LockInfo]], holder: LockInfo | None
+    ) -> None:
+        with self._lock:
+            if not self._is_primed:  # the state at subscription is not a change
+                self._is_primed = True
+                if holder is not None:
+                    self._shown = (holder.token, _value(log, holder.token))
+                    self._top = holder.token
+                self._number = log[-1][0] if log else 0
+                self._queued = set(queue)
+                self._call(self.primed.set)
+                return
+            before = len(self._pending)
+            for number, entry in log:  # values proclaimed since the last read, in order
+                if number <= self._number or entry.token < self._top:
+                    continue
+                if self._shown is None or self._shown[0] != entry.token:
+                    if self._shown is not None:
+                        self._emit(None)  # that term ended before this one began
+                    self._emit(replace(entry, name=self._name, value=None))  # its grant
+                self._emit(replace(entry, name=self._name))
+            if log:
+                self._number = max(self._number, log[-1][0])
+            if holder is None:
+                self._emit(None)
+            else:
+                value = _value(log, holder.token)
+                new = self._shown is None or self._shown[0] != holder.token
+                if new and self._shown is not None and queue[0] not in self._queued:
+                    self._emit(None)  # it took a free lock: the release came first
+                if new and value is not None:
+                    self._emit(replace(holder, value=None))  # its grant, before its value
+                self._emit(replace(holder, value=value))
+            self._queued = set(queue)
+            changed = len(self._pending) > before
+        if changed:
+            self._call(self._wake)
+
+    def _unsettled(self) -> bool:
+        with self._lock:
+            last = self._pending[-1].holder if self._pending else None
+            return self._running or (last is not None and last.value is None)
+
+    def _wake(self) -> None:  # on the loop
+        self._event.set()
+
+    # the event loop -------------------------------------------------------------------------
+
+    async def next(self, timeout: float) -> list[Change]:
+        with anyio.move_on_after(timeout):
+            while True:
+                with self._lock:
+                    ready = bool(self._pending)
+                if ready:
+                    # Let a read chain in flight finish first, and give a bare grant a moment
+                    # for its value (a campaign proclaims right after its grant), so changes
+                    # made together come out together.
+                    settle = anyio.current_time() + SETTLE
+                    while anyio.current_time() < settle and self._unsettled():
+                        await anyio.sleep(0.001)
+                    with self._lock:
+                        changes, self._pending = self._pending, []
+                    return changes
+                self._event = anyio.Event()
+                await self._event.wait()
+        return []
+
+    async def aclose(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._store._watches.discard(self)
+
+
+def _same(pending: IAsyncResult) -> IAsyncResult:
+    return pending
+
+
+def _start(client: KazooClient, timeout: float) -> None:
+    """Connect (in a worker thread: kazoo's ``start`` blocks)."""
+    try:
+        client.start(timeout=timeout)
+    except Exception as exc:  # kazoo's timeout, or a socket error
+        raise StoreUnavailable(f"cannot connect ({type(exc).__name__}: {exc})") from None
+
+
+def _stop(client: KazooClient) -> None:
+    """Close the session and the connection (in a worker thread: kazoo's ``stop`` blocks)."""
+    try:
+        client.stop()
+        client.close()
+    except Exception:
+        pass  # closing: nothing left to do about it

@@ -1,0 +1,177 @@
+"""ZooKeeper-specific behaviour, on the real 3-server ensemble: tokens are czxids, a lost create
+reply is found again, sessions ride out short disconnections and lose everything on expiry, and
+a hold survives the ensemble's leader dying."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import pytest
+
+import tenure
+from tenure import InvalidArgument
+from tenure._url import open_store
+from tenure.stores._spi import Busy, Grant, Owner
+from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore, _result
+from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+
+pytestmark = pytest.mark.anyio
+OWNER = Owner("test", os.getpid(), "zk")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_url_parsing() -> None:
+    store = ZooKeeperStore.from_url("zookeeper://a:1,b/x/y")
+    assert (store.hosts, store.chroot) == (["a:1", "b:2181"], "/x/y")
+    assert ZooKeeperStore.from_url("zookeeper://h").chroot == "/tenure"
+    for bad in (
+        "zookeeper://",
+        "zookeeper://h:0",
+        "zookeeper://h:x",
+        "zookeeper://u:pw@h/x",
+        "zookeeper://h/a/../b",
+        "zookeeper://h/zookeeper",
+        "zookeeper://h/x?y=1",
+        "zookeeper://h h/x",
+        "etcd://h",
+    ):
+        with pytest.raises(InvalidArgument) as raised:
+            ZooKeeperStore.from_url(bad)
+        assert "pw" not in str(raised.value)
+
+
+def test_names_never_escape_their_parent() -> None:
+    store = ZooKeeperStore.from_url("zookeeper://h/t")
+    assert store._parent("a/b") == "/t/locks/a%2Fb"
+    assert store._parent("..") == "/t/locks/%2E%2E"
+    assert store._parent(".") == "/t/locks/%2E"
+
+
+async def test_token_is_the_czxid_and_grows_across_a_recreated_parent(
+    zookeeper_store_url: str,
+) -> None:
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    session = await store.open_session(5, OWNER)
+    try:
+        first = await store.attempt(session, "p", None, False)
+        assert isinstance(first, Grant)
+        reader = await store._connected_reader()
+        parent = store._parent("p")
+        [child] = await _result(reader.get_children_async(parent))
+        _, stat = await _result(reader.get_async(f"{parent}/{child}"))
+        assert stat.czxid == first.token
+        await store.release(session, "p", first.token)
+        await _result(reader.delete_async(parent))  # sequence numbers restart from 0 now
+        second = await store.attempt(session, "p", None, False)
+        assert isinstance(second, Grant) and second.token > first.token
+        [child] = await _result(reader.get_children_async(parent))
+        assert child.endswith("-0000000000")
+        await store.release(session, "p", second.token)
+    finally:
+        await store.close_session(session)
+        await store.aclose()
+
+
+async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url: str) -> None:
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    session = await store.open_session(5, OWNER)
+    assert isinstance(session, ZooKeeperSession)
+    try:
+        parent, prefix = store._parent("lost"), session.prefix()
+        path, token, _ = await store._enqueue(session, parent, prefix)
+        # The same create sent again (as after a connection loss): found, not made twice.
+        again, token_again, children = await store._enqueue(session, parent, prefix, True)
+        assert (again, token_again) == (path, token)
+        assert len(children) == 1
+        # A create in doubt is cleaned at the next keep-alive.
+        session.doubt.add((parent, prefix))
+        assert await store.keep_alive(session)
+        assert await store.locks("lost") == []
+    finally:
+        await store.close_session(session)
+        await store.aclose()
+
+
+async def test_a_short_disconnection_keeps_the_session_and_token(
+    zookeeper_store_url: str, zookeeper_ensemble: ZooKeeperEnsemble
+) -> None:
+    async with tenure.connect_async(zookeeper_store_url) as client:
+        lease = await client.acquire("blip", ttl=4)
+        store = client.store
+        assert isinstance(store, ZooKeeperStore)
+        [keeper] = client._sessions.values()
+        session = keeper.handle
+        assert isinstance(session, ZooKeeperSession)
+        port = session.client._connection._socket.getpeername()[1]
+        [server] = [s for s in zookeeper_ensemble.servers if s.client_port == port]
+        server.pause()  # the client's server stops answering: SUSPENDED, then elsewhere
+        try:
+            with pytest.raises(tenure.StoreUnavailable):
+                await store.keep_alive(session)
+            await anyio.sleep(1.0)
+        finally:
+            server.resume()
+        with anyio.fail_after(3):
+            while not await _alive(store, session):
+                await anyio.sleep(0.05)
+        assert session.client.client_id[0] == session.session_id  # the same ZooKeeper session
+        lease.check()
+        [info] = await client.locks("blip")
+        assert info.token == lease.token
+        await lease.release()
+
+
+async def _alive(store: ZooKeeperStore, session: ZooKeeperSession) -> bool:
+    try:
+        return await store.keep_alive(session)
+    except tenure.StoreUnavailable:
+        return False
+
+
+async def test_session_expiry_loses_the_lease(zookeeper_store_url: str) -> None:
+    store = open_store(zookeeper_store_url)
+    other = open_store(zookeeper_store_url)
+    one = await store.open_session(1, OWNER)
+    two = await other.open_session(5, OWNER)
+    try:
+        granted = await store.attempt(one, "exp", None, True)
+        assert isinstance(granted, Grant)
+        waiting = await other.attempt(two, "exp", None, True)
+        assert isinstance(waiting, Busy)
+        await anyio.sleep(2.0)  # no keep-alive: the server expires the session after 1 s
+        assert not await store.keep_alive(one)
+        with pytest.raises(tenure.LeaseLost):
+            await store.attempt(one, "exp", None, True)
+        assert not await store.proclaim(one, "exp", granted.token, "late")
+        outcome = await other.attempt(two, "exp", waiting.ticket, True)
+        assert isinstance(outcome, Grant) and outcome.token > granted.token
+    finally:
+        await store.close_session(one)
+        await other.close_session(two)
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_a_hold_survives_the_ensemble_leader_dying(
+    zookeeper_store_url: str, zookeeper_ensemble: ZooKeeperEnsemble
+) -> None:
+    leader = zookeeper_ensemble.leader()
+    try:
+        async with tenure.connect_async(zookeeper_store_url) as client:
+            async with client.lock("hold", ttl=4) as lease:
+                leader.kill()
+                await anyio.sleep(3.0)  # an election, and renewals through it
+                lease.check()
+                [info] = await client.locks("hold")
+                assert info.token == lease.token
+            async with client.lock("hold", ttl=4) as again:
+                assert again.token > lease.token
+    finally:
+        await anyio.to_thread.run_sync(zookeeper_ensemble.healthy)
