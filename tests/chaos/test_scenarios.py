@@ -11,9 +11,18 @@ from pathlib import Path
 import pytest
 
 from tenure.stores._spi import Busy
-from tenure.testing.chaos import SCENARIOS, EtcdControl, PostgresControl, Report, Run
+from tenure.testing.chaos import (
+    SCENARIOS,
+    EtcdControl,
+    PostgresControl,
+    RedisControl,
+    Report,
+    Run,
+    ZooKeeperControl,
+)
 from tenure.testing.etcd_cluster import EtcdCluster
 from tenure.testing.postgres_server import PostgresServer
+from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 SECONDS = 7.0
 TTL = 0.5
@@ -172,6 +181,87 @@ def test_postgres_restart_fenced_is_safe(
         postgres.start()
     faulted(report, "store-restart")
     assert_safe(report)
+
+
+# -- ZooKeeper (the shared 3-server ensemble) ---------------------------------------------------
+
+
+def test_zookeeper_short_partition_keeps_the_lease(
+    tmp_path: Path, zookeeper_store_url: str
+) -> None:
+    """Cut off for less than its session timeout, the holder reconnects to the same session and
+    goes on with the same token: no lease lost, nothing refused."""
+    report = chaos(tmp_path, "short-partition", zookeeper_store_url, ttl=1.0, seconds=8.0)
+    faulted(report, "short-partition")
+    assert_safe(report)
+    assert report.losses == 0, report.to_text()
+
+
+@pytest.mark.parametrize("scenario", ["pause", "partition"])
+def test_zookeeper_fenced_is_safe(tmp_path: Path, zookeeper_store_url: str, scenario: str) -> None:
+    """Paused (or cut off) past the session timeout, the holder loses its lease and the next
+    grant has a higher token: the stale holder's writes are refused."""
+    report = chaos(tmp_path, scenario, zookeeper_store_url)
+    faulted(report, SCENARIOS[scenario].faults[0])
+    assert_safe(report)
+    if scenario == "pause":
+        assert_live(report)
+        assert report.refused >= 1, "a resumed holder's stale write must have been refused"
+
+
+def test_zookeeper_leader_kill_is_safe(
+    tmp_path: Path, zookeeper_ensemble: ZooKeeperEnsemble, zookeeper_store_url: str
+) -> None:
+    control = ZooKeeperControl(zookeeper_ensemble)
+    try:
+        report = chaos(tmp_path, "leader-kill", zookeeper_store_url, control=control, seconds=9.0)
+    finally:
+        zookeeper_ensemble.healthy()
+    faulted(report, "member-kill")
+    assert_safe(report)
+
+
+def test_zookeeper_unfenced_pauses_show_violations(
+    tmp_path: Path, zookeeper_store_url: str
+) -> None:
+    report = chaos(tmp_path, "pause", zookeeper_store_url, fenced=False)
+    faulted(report, "pause")
+    assert report.violations["lost-update"] >= 1, report.to_text()
+
+
+# -- Redis: what the efficiency-grade label means -----------------------------------------------
+
+
+def test_redis_failover_breaks_the_token_order(tmp_path: Path, redis_pair: RedisControl) -> None:
+    """The proof of the label: replication lags, the primary dies, the replica is promoted with
+    an older counter: tokens are granted twice (and lower than before), so even the fence
+    cannot tell the holders apart. Fenced, and still violations."""
+    try:
+        report = chaos(tmp_path, "failover", redis_pair.url, control=redis_pair, seconds=10.0)
+    finally:
+        redis_pair.heal()
+    faulted(report, "failover")
+    assert not report.passed
+    assert report.violations["duplicate-token"] >= 1, report.to_text()
+
+
+def test_redis_clock_jump_expires_leases_early(tmp_path: Path, redis_pair: RedisControl) -> None:
+    """The server's clock jumps ahead: sessions expire while their holders still believe they
+    hold. The counter survives, so the next token is higher and the fence refuses the stale
+    holder: safe fenced, which the unfenced run below shows is the fence's doing."""
+    report = chaos(tmp_path, "clock-jump", redis_pair.url, control=redis_pair)
+    faulted(report, "clock-jump")
+    assert_safe(report)
+    assert report.diagnostics.get("belief-overlap", 0) >= 1, report.to_text()
+    assert report.refused >= 1, report.to_text()
+
+
+def test_redis_clock_jump_unfenced_shows_violations(
+    tmp_path: Path, redis_pair: RedisControl
+) -> None:
+    report = chaos(tmp_path, "clock-jump", redis_pair.url, control=redis_pair, fenced=False)
+    faulted(report, "clock-jump")
+    assert report.violations["lost-update"] >= 1, report.to_text()
 
 
 # -- leader election (the election log, written by leaders elected with campaign) ---------------

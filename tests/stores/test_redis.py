@@ -7,7 +7,12 @@ processes only (plugin_redis's shared servers, or a test's own)."""
 from __future__ import annotations
 
 import os
+import struct
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -19,7 +24,7 @@ from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Session, Store
 from tenure.stores.redis import RedisStore, RedisTicket
 from tenure.stores.redlock import RedlockStore
-from tenure.testing.redis_server import FAKETIME_CLASH, RedisServer
+from tenure.testing.redis_server import CLOCKSHIFT_FILE, RedisServer, clockshift_library
 
 pytestmark = pytest.mark.anyio
 OWNER = tenure.Owner("test", os.getpid())
@@ -142,29 +147,45 @@ async def test_a_busy_attempt_that_will_not_wait_leaves_no_trace(
 
 
 async def test_the_servers_clock_judges_expiry() -> None:
-    """A jump of the server's wall clock (libfaketime) expires a session early: why Redis is
+    """A jump of the server's wall clock (clockshift.c) expires a session early: why Redis is
     efficiency-grade."""
-    server = RedisServer(faketime=True)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        server.close()
-        if str(exc) != FAKETIME_CLASH:
-            raise
-        pytest.skip(FAKETIME_CLASH)
-    with server:
+    with RedisServer(clock_shift=True) as server:
         store = RedisStore.from_url(server.url)
         try:
             session = await store.open_session(30, OWNER)
             token = await grant(store, session, "clock")
+            server.clock_jump(20)  # less than the TTL: the session still holds
             assert await store.keep_alive(session)
-            server.clock_jump(60)
+            assert [info.token for info in await store.locks("clock")] == [token]
+            server.clock_jump(60)  # more than the TTL since the last keep-alive
             assert not await store.keep_alive(session)  # gone after 0 s of real time
             assert await store.locks("clock") == []
             other = await store.open_session(30, OWNER)
             assert await grant(store, other, "clock") > token
         finally:
             await store.aclose()
+
+
+def test_the_clock_shift_moves_the_wall_clock_only(tmp_path: Path) -> None:
+    """clockshift.c shifts time.time() (CLOCK_REALTIME) by the file's offset, read afresh on
+    every call, and leaves time.monotonic() (CLOCK_MONOTONIC) alone."""
+    offset = tmp_path / "offset"
+    offset.write_bytes(struct.pack("=q", 3600 * 10**9))
+    script = (
+        "import struct, sys, time\n"
+        "before = time.time(), time.monotonic()\n"
+        "open(sys.argv[1], 'r+b').write(struct.pack('=q', -7200 * 10**9))\n"
+        "print(*before, time.time(), time.monotonic())\n"
+    )
+    env = dict(os.environ, LD_PRELOAD=str(clockshift_library()), **{CLOCKSHIFT_FILE: str(offset)})
+    wall, mono = time.time(), time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(offset)], env=env, capture_output=True, check=True
+    )
+    shifted, shifted_mono, jumped, jumped_mono = map(float, out.stdout.split())
+    assert 3500 < shifted - wall < 3700  # an hour ahead...
+    assert -7300 < jumped - time.time() < -7100  # ...then two hours behind, while it ran
+    assert mono <= shifted_mono <= jumped_mono <= time.monotonic()  # one monotonic clock
 
 
 async def test_a_replica_promoted_after_a_grant_forgets_what_it_never_got() -> None:

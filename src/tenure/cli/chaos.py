@@ -17,7 +17,13 @@ from ..testing.chaos.report import Report
 from ..testing.chaos.resource import WORKLOADS
 from ..testing.chaos.runner import Run, check_applicable, new_seed
 from ..testing.chaos.scenarios import SCENARIOS
-from ..testing.chaos.servers import EtcdControl, PostgresControl, ServerControl
+from ..testing.chaos.servers import (
+    EtcdControl,
+    PostgresControl,
+    RedisControl,
+    ServerControl,
+    ZooKeeperControl,
+)
 from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 
 
@@ -33,7 +39,8 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.option(
     "--cluster",
     metavar="KIND",
-    help="Start a throw-away store for the run instead: sqlite, etcd[:MEMBERS] or postgres "
+    help="Start a throw-away store for the run instead: sqlite, etcd[:MEMBERS], postgres, "
+    "zookeeper[:SERVERS] or redis (a primary and an asynchronous replica behind one address) "
     "(default when --store is not given: sqlite).",
 )
 @click.option("--workload", type=click.Choice(WORKLOADS), default="counter", show_default=True)
@@ -133,12 +140,14 @@ def _scheme(url: str | None, cluster: str) -> str:
     if url:
         return urlsplit(url).scheme
     kind, _, members = cluster.partition(":")
-    if (kind, members) in (("sqlite", ""), ("etcd", ""), ("postgres", "")) or (
-        kind == "etcd" and members.isdigit() and 1 <= int(members) <= 7
+    simple = ("sqlite", "etcd", "postgres", "zookeeper", "redis")
+    if (kind in simple and not members) or (
+        kind in ("etcd", "zookeeper") and members.isdigit() and 1 <= int(members) <= 7
     ):
         return {"postgres": "postgresql"}.get(kind, kind)
     raise InvalidArgument(
-        f"unknown --cluster {cluster!r}: use sqlite, etcd, etcd:MEMBERS (1-7) or postgres"
+        f"unknown --cluster {cluster!r}: use sqlite, etcd[:MEMBERS], postgres, "
+        "zookeeper[:SERVERS] (1-7) or redis"
     )
 
 
@@ -157,6 +166,12 @@ def _store(url: str | None, cluster: str, out: Path) -> Iterator[tuple[str, Serv
         from ..testing.etcd_cluster import EtcdCluster
 
         control = EtcdControl(EtcdCluster(int(members or 3)), owned=True)
+    elif kind == "zookeeper":
+        from ..testing.zookeeper_ensemble import ZooKeeperEnsemble
+
+        control = ZooKeeperControl(ZooKeeperEnsemble(int(members or 3)), owned=True)
+    elif kind == "redis":
+        control = RedisControl()
     else:
         from ..testing.postgres_server import PostgresServer
 

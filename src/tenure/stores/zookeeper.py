@@ -112,7 +112,12 @@ async def _result(async_result: IAsyncResult) -> Any:
     call = _waker()
     async_result.rawlink(lambda _: call(done.set))
     await done.wait()
-    return async_result.get_nowait()
+    try:
+        return async_result.get_nowait()
+    except RuntimeError as exc:
+        # kazoo fails the pending requests with what broke their connection, e.g. "xids do not
+        # match" after bytes were lost on the way: a connection loss like any other.
+        raise _kazoo().exceptions.ConnectionLoss(str(exc)) from exc
 
 
 def _kazoo() -> Any:
@@ -274,6 +279,8 @@ class ZooKeeperTicket:
     session: ZooKeeperSession
     name: str
     path: str
+    czxid: int
+    """The own node's creation zxid: the token, if this node comes first."""
     left: bool = False
     event: anyio.Event | None = None
     call: Callable[[Callable[[], object]], None] | None = None
@@ -316,6 +323,8 @@ class ZooKeeperStore(Store):
         self._root = f"{chroot}/locks"
         self._reader: KazooClient | None = None
         self._reader_lock = threading.Lock()
+        self._reader_starting = anyio.Lock()
+        self._reader_started = False
         self._watches: weakref.WeakSet[ZooKeeperWatch] = weakref.WeakSet()
         self._logs: dict[str, tuple[int, list[tuple[int, LockInfo]]]] = {}
         """Lock parent → (data version, proclaimed values) as this store last wrote them."""
@@ -427,12 +436,23 @@ class ZooKeeperStore(Store):
 
     async def _connected_reader(self) -> KazooClient:
         client = self._reader_client()
-        if not client.connected:
-            try:
-                await anyio.to_thread.run_sync(_start, client, 5.0)
-            except StoreUnavailable as exc:
-                raise self._unavailable(exc) from None
-        return client
+        if client.connected:
+            return client
+        async with self._reader_starting:
+            if not self._reader_started:
+                try:
+                    await anyio.to_thread.run_sync(_start, client, 5.0, abandon_on_cancel=True)
+                except StoreUnavailable as exc:
+                    raise self._unavailable(exc) from None
+                self._reader_started = True
+                return client
+        # Started once, it reconnects by itself (unlimited retries). Starting it again would
+        # wait for the running connection loop to stop, which it never does.
+        with anyio.move_on_after(5.0):
+            while not client.connected:
+                await anyio.sleep(0.02)
+            return client
+        raise self._unavailable("no server answers")
 
     async def _read(self, request: Callable[[KazooClient], IAsyncResult]) -> Any:
         """A read on the shared connection; sent again through connection losses for a while."""
@@ -596,6 +616,7 @@ class ZooKeeperStore(Store):
         parent = self._parent(name)
         try:
             path: str | None = None
+            czxid = 0
             if ticket is not None:
                 try:
                     children = await self._settled(
@@ -604,24 +625,22 @@ class ZooKeeperStore(Store):
                 except k.exceptions.NoNodeError:
                     children = []
                 if ticket.path.rsplit("/", 1)[1] in children:
-                    path = ticket.path
+                    path, czxid = ticket.path, ticket.czxid
                 else:
                     ticket.path = ""  # deleted under us (by hand?): queue again at the end
             if path is None:
-                path, _, children = await self._enqueue(session, parent, session.prefix())
+                path, czxid, children = await self._enqueue(session, parent, session.prefix())
                 if ticket is not None:
-                    ticket.path = path
+                    ticket.path, ticket.czxid = path, czxid
             queue = _queue(children)
             own = path.rsplit("/", 1)[1]
             if own not in queue:  # never expected: the listing followed the create
                 queue = _queue([*children, own])
             if queue[0] == own:
-                stat = await self._settled(session, lambda: session.client.exists_async(path))
-                if stat is None:
-                    raise _Gone
-                token = int(stat.czxid)
-                session.held[(name, token)] = path
-                return Grant(token=token, renewed_session=False)
+                # The token is the czxid the create answered: no further round trip. The
+                # listing (sent after the create, or after the wake-up) shows the node first.
+                session.held[(name, czxid)] = path
+                return Grant(token=czxid, renewed_session=False)
             waiting = ticket is not None or enqueue
             holder = await self._holder(name, parent, queue)
             if not waiting:
@@ -629,7 +648,7 @@ class ZooKeeperStore(Store):
                 return Busy(holder=holder, ticket=None)
             predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
             if ticket is None:
-                ticket = ZooKeeperTicket(session, name, path)
+                ticket = ZooKeeperTicket(session, name, path, czxid)
             return Busy(holder=holder, ticket=ticket, extra={"predecessor": predecessor})
         except _Gone:
             raise LeaseLost("the ZooKeeper session is gone") from None
@@ -799,6 +818,7 @@ class ZooKeeperStore(Store):
             await watch.aclose()
         with self._reader_lock:
             reader, self._reader = self._reader, None
+            self._reader_started = False
         if reader is not None:
             await anyio.to_thread.run_sync(_stop, reader)
 

@@ -3,20 +3,23 @@
 ``RedisServer()`` runs one server in a temporary directory with no persistence (no RDB, no AOF:
 a restart loses everything, as a fail-over can). It can stop, kill, pause (SIGSTOP), resume and
 start again on the same port; ``replica_of=`` another server makes it an asynchronous replica and
-``promote()`` turns it into a primary (``REPLICAOF NO ONE``). With ``faketime=True`` the server
-runs under libfaketime reading its offset from a file on every call, so ``clock_jump(seconds)``
-moves the server's wall clock (which judges ``PX`` expiry) while it runs. Debian's redis-server
-is linked with jemalloc, which libfaketime 0.9.x cannot start (``FAKETIME_CLASH``): ``start()``
-then raises ``RuntimeError`` at once rather than hanging.
+``promote()`` turns it into a primary (``REPLICAOF NO ONE``). With ``clock_shift=True`` the
+server runs under ``clockshift.c`` (an ``LD_PRELOAD`` shim compiled on first use, so it needs a
+C compiler) that adds an offset read from a shared 8-byte file to its wall clock only
+(``gettimeofday``, ``CLOCK_REALTIME``: what judges ``PX`` expiry; ``CLOCK_MONOTONIC`` is left
+alone): ``clock_jump(seconds)`` moves that clock while the server runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import mmap
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -26,14 +29,40 @@ from types import TracebackType
 from .postgres_server import HOST, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
-LIBFAKETIME = Path(
-    os.environ.get("TENURE_LIBFAKETIME", "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-)
 PREFIX = "tenure-redis-"
-FAKETIME_CLASH = (
-    "libfaketime cannot run this redis-server: it is linked with jemalloc, whose clock_gettime()"
-    " calls during start-up recurse into libfaketime's initialisation (libfaketime issue #130)"
-)
+CLOCKSHIFT_SOURCE = Path(__file__).with_name("clockshift.c")
+CLOCKSHIFT_FILE = "TENURE_CLOCKSHIFT_FILE"  # the variable clockshift.c reads the path from
+
+
+def clockshift_library() -> Path:
+    """``clockshift.c`` built as a shared object, once per user and source version.
+
+    Kept in a per-user temporary directory under the source's hash; built under a private name
+    and renamed into place, so parallel test processes never load a half-written file."""
+    source = CLOCKSHIFT_SOURCE.read_bytes()
+    cache = Path(tempfile.gettempdir()) / f"tenure-{os.getuid()}"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    if cache.stat().st_uid != os.getuid() or cache.is_symlink():
+        raise RuntimeError(f"{cache} belongs to someone else: cannot build clockshift there")
+    target = cache / f"clockshift-{hashlib.sha256(source).hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc") if c and shutil.which(c)), None)
+    if compiler is None:
+        raise RuntimeError("clock_shift needs a C compiler (cc or gcc) to build clockshift.c")
+    partial = cache / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(CLOCKSHIFT_SOURCE)],
+            check=True,
+            capture_output=True,
+        )
+        os.replace(partial, target)
+    except subprocess.CalledProcessError as exc:
+        raise RuntimeError(f"{compiler} failed on clockshift.c: {exc.stderr.decode()}") from exc
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 class RedisServer:
@@ -43,22 +72,28 @@ class RedisServer:
         self,
         *,
         replica_of: RedisServer | None = None,
-        faketime: bool = False,
+        clock_shift: bool = False,
         password: str | None = None,
     ) -> None:
         if not os.access(REDIS_SERVER, os.X_OK):
             raise RuntimeError(f"redis-server not found at {REDIS_SERVER}")
-        if faketime and not LIBFAKETIME.exists():
-            raise RuntimeError(f"libfaketime not found at {LIBFAKETIME}")
+        self.shim = clockshift_library() if clock_shift else None
         self.replica_of = replica_of
-        self.faketime = faketime
+        self.clock_shift = clock_shift
         self.password = password
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
-        self.clock_offset = 0.0
-        self._write_offset()
+        self.clock_offset = 0.0  # seconds the server's wall clock is ahead of the real one
+        self._offset: mmap.mmap | None = None
+        if clock_shift:
+            with open(self.offset_path, "w+b") as file:
+                file.write(bytes(8))
+                file.flush()
+                # Written through the same shared pages the server maps: an aligned 8-byte
+                # store, so the server never reads half an offset.
+                self._offset = mmap.mmap(file.fileno(), 8)
 
     @classmethod
     def missing(cls) -> list[str]:
@@ -78,6 +113,10 @@ class RedisServer:
         return self.root / "redis.log"
 
     @property
+    def offset_path(self) -> Path:
+        return self.root / "clock-offset"
+
+    @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -91,6 +130,7 @@ class RedisServer:
             "--dir", str(self.root),
             "--save", "",
             "--appendonly", "no",
+            "--repl-diskless-sync-delay", "0",  # a replica syncs at once (default: 5 s later)
             "--daemonize", "no",
             "--logfile", str(self.log_path),
         ]  # fmt: skip
@@ -102,13 +142,10 @@ class RedisServer:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        if self.faketime:
-            env.update(
-                LD_PRELOAD=str(LIBFAKETIME),
-                FAKETIME_TIMESTAMP_FILE=str(self.root / "faketime"),
-                FAKETIME_NO_CACHE="1",
-                FAKETIME_DONT_FAKE_MONOTONIC="1",  # only the wall clock (PX expiry) jumps
-            )
+        if self.shim is not None:
+            preload = env.get("LD_PRELOAD")
+            env["LD_PRELOAD"] = f"{self.shim} {preload}" if preload else str(self.shim)
+            env[CLOCKSHIFT_FILE] = str(self.offset_path)
         return env
 
     def start(self, timeout: float = 20.0) -> RedisServer:
@@ -129,9 +166,6 @@ class RedisServer:
         while not self.ping():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited at start; log: {self.log()}")
-            if self.faketime and "libfaketime: Cannot recover" in self.log():
-                self.kill()
-                raise RuntimeError(FAKETIME_CLASH)
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"redis-server not ready after {timeout}s; log: {self.log()}")
@@ -176,6 +210,9 @@ class RedisServer:
         try:
             self.kill()
         finally:
+            if self._offset is not None:
+                self._offset.close()
+                self._offset = None
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
@@ -197,16 +234,12 @@ class RedisServer:
         self.replica_of = None
 
     def clock_jump(self, seconds: float) -> None:
-        """Move the server's wall clock by ``seconds`` more (needs ``faketime=True``)."""
-        if not self.faketime:
-            raise RuntimeError("clock_jump needs RedisServer(faketime=True)")
+        """Move the server's wall clock by ``seconds`` more, at once (needs ``clock_shift=True``);
+        its monotonic clock does not move."""
+        if self._offset is None:
+            raise RuntimeError("clock_jump needs RedisServer(clock_shift=True)")
         self.clock_offset += seconds
-        self._write_offset()
-
-    def _write_offset(self) -> None:
-        # libfaketime: "+N" seconds relative to the real clock, re-read on every call.
-        path = self.root / "faketime"
-        path.write_text(f"{self.clock_offset:+.3f}\n")
+        self._offset[:] = struct.pack("=q", round(self.clock_offset * 1e9))
 
     # -- a tiny client (no dependency on redis-py here) -------------------------------------
 

@@ -12,7 +12,7 @@ from .history import Accepted, Event, Finding, Recorder, ResourceLog, read_histo
 from .report import Report, RunInfo, build_report
 from .runner import Run
 from .scenarios import SCENARIOS, Scenario
-from .servers import EtcdControl, PostgresControl
+from .servers import EtcdControl, PostgresControl, RedisControl, ZooKeeperControl
 
 __all__ = [
     "SCENARIOS",
@@ -22,11 +22,13 @@ __all__ = [
     "Finding",
     "PostgresControl",
     "Recorder",
+    "RedisControl",
     "Report",
     "ResourceLog",
     "Run",
     "RunInfo",
     "Scenario",
+    "ZooKeeperControl",
     "build_report",
     "check_all",
     "read_history",

@@ -15,12 +15,17 @@ stall           the holder's renewals hang for 1–3 × TTL while it keeps worki
                 the store but not from the resource (works on every store, SQLite included).
 partition       blackhole the holder's links to the store for 1–3 × TTL (the proxy holds the
                 connections open and drops every byte), then heal.
+short-partition the same for 0.1–0.4 × TTL: shorter than the lease (and a ZooKeeper session).
 lost-reply      a waiting worker's requests reach the store but the answers are dropped, for
                 0.5–1.5 × TTL.
 member-kill     SIGKILL the etcd leader (or the PostgreSQL server), restart it 1–2 × TTL later.
 member-pause    SIGSTOP the etcd leader (or the PostgreSQL server) for 1–3 × TTL.
 majority-loss   SIGKILL a majority of the etcd members for 2–3 × TTL, then restart them.
 store-restart   stop the PostgreSQL server (or all etcd members) cleanly and start it again.
+failover        Redis: replication to the replica is cut (its link blackholed) for 0.5–1.5 × TTL
+                while grants go on, the primary is SIGKILLed, the replica is promoted and the
+                clients' address moved to it; the old primary comes back as the new replica.
+clock-jump      Redis: the primary's wall clock jumps 2–3 × TTL forward (clockshift.c, preloaded).
 ==============  ===============================================================================
 """
 
@@ -35,14 +40,23 @@ from typing import TYPE_CHECKING, Any
 
 import tenure
 
+from ..._errors import InvalidArgument
 from .history import Recorder
+from .servers import RedisControl
 
 if TYPE_CHECKING:
     from .runner import Run, WorkerProcess
 
 PROCESS_FAULTS = ("pause", "kill", "kill-any", "stall")
-LINK_FAULTS = ("partition", "lost-reply")
-STORE_FAULTS = ("member-kill", "member-pause", "majority-loss", "store-restart")
+LINK_FAULTS = ("partition", "short-partition", "lost-reply")
+STORE_FAULTS = (
+    "member-kill",
+    "member-pause",
+    "majority-loss",
+    "store-restart",
+    "failover",
+    "clock-jump",
+)
 FAULTS = PROCESS_FAULTS + LINK_FAULTS + STORE_FAULTS
 
 
@@ -58,15 +72,18 @@ class Nemesis:
 
     def holder(self) -> WorkerProcess:
         """The worker holding the lock now, per the store; a random live worker if none."""
-        workers = self.run.workers
+        return self.holding() or self.rng.choice(self.run.workers)
+
+    def holding(self) -> WorkerProcess | None:
+        """The worker holding the lock now, per the store (None: none, or no answer)."""
         with contextlib.suppress(tenure.TenureError):
             if self._observer is None:
                 self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
             for info in self._observer.locks(self.run.lock):
-                for worker in workers:
+                for worker in self.run.workers:
                     if info.owner.label == f"chaos {worker.name}":
                         return worker
-        return self.rng.choice(workers)
+        return None
 
     def waiter(self) -> WorkerProcess:
         holder = self.holder()
@@ -139,6 +156,16 @@ class Nemesis:
             lambda: worker.set_links("pass"),
         )
 
+    def fault_short_partition(self) -> None:
+        worker = self.holder()
+        self.lasting(
+            "short-partition",
+            worker.name,
+            self.span(0.1, 0.4),
+            lambda: worker.set_links("blackhole"),
+            lambda: worker.set_links("pass"),
+        )
+
     def fault_lost_reply(self) -> None:
         worker = self.waiter()
         self.lasting(
@@ -184,6 +211,31 @@ class Nemesis:
             server.restart()
         finally:
             self.rec.record("store-restart", "ok", value={"target": "store"})
+
+    def redis(self) -> RedisControl:
+        server = self.run.server()
+        if not isinstance(server, RedisControl):
+            raise InvalidArgument("this fault needs a Redis primary and replica (--cluster redis)")
+        return server
+
+    def fault_failover(self) -> None:
+        server = self.redis()
+        self.rec.record("failover", "invoke", value={"target": "primary"})
+        try:
+            server.cut_replication()
+            time.sleep(self.span(0.5, 1.5))
+            wait = time.monotonic() + self.ttl  # kill while a worker holds: the case that bites
+            while self.holding() is None and time.monotonic() < wait:
+                time.sleep(0.01)
+            promoted = server.fail_over()
+        finally:
+            self.rec.record("failover", "ok", value={"target": "primary"})
+        self.rec.record("promoted", "info", value={"target": promoted})
+
+    def fault_clock_jump(self) -> None:
+        seconds = self.span(2, 3)
+        self.redis().clock_jump(seconds)
+        self.rec.record("clock-jump", "info", value={"target": "store", "seconds": seconds})
 
     def close(self) -> None:
         if self._observer is not None:

@@ -33,7 +33,14 @@ from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
 
-DEFAULT_PORTS = {"etcd": 2379, "postgresql": 5432, "postgres": 5432}
+DEFAULT_PORTS = {
+    "etcd": 2379,
+    "postgresql": 5432,
+    "postgres": 5432,
+    "zookeeper": 2181,
+    "redis": 6379,
+    "redlock": 6379,
+}
 
 
 @dataclass
@@ -233,15 +240,19 @@ def check_applicable(scenario: Scenario, scheme: str, controlled: bool) -> None:
     if needs == "network" and scheme not in DEFAULT_PORTS:
         raise InvalidArgument(
             f"scenario {name!r} cuts network links: it needs a networked store (etcd, "
-            f"PostgreSQL), not {scheme!r}"
+            f"PostgreSQL, ZooKeeper, Redis), not {scheme!r}"
         )
-    if needs in ("server", "etcd") and not controlled:
+    if needs in ("server", "etcd", "redis") and not controlled:
         raise InvalidArgument(
             f"scenario {name!r} faults the store's servers: let the harness start them "
-            "(--cluster etcd:3 or --cluster postgres)"
+            "(--cluster etcd:3, postgres, zookeeper:3 or redis)"
         )
     if needs == "etcd" and scheme != "etcd":
         raise InvalidArgument(f"scenario {name!r} needs an etcd cluster (--cluster etcd:3)")
+    if needs == "redis" and scheme != "redis":
+        raise InvalidArgument(
+            f"scenario {name!r} needs a Redis primary and replica (--cluster redis)"
+        )
 
 
 def endpoints(url: str) -> list[tuple[str, int]]:

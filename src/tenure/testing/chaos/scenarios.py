@@ -14,7 +14,8 @@ class Scenario:
     """Seconds of calm between two faults (drawn uniformly)."""
     needs: str = "any"
     """``any`` store; ``network`` (a TCP store: its links are proxied); ``server`` (a store
-    server the harness controls: ``--cluster``); ``etcd`` (an etcd cluster it controls)."""
+    server the harness controls: ``--cluster``); ``etcd`` (an etcd cluster it controls);
+    ``redis`` (a Redis primary and replica it controls: ``--cluster redis``)."""
     clock_rate: float = 1.0
     """The workers' lease clock rate (1 = true time; 0.5 = half as fast)."""
     think: float = 1.0
@@ -30,6 +31,13 @@ SCENARIOS = {
             "partition",
             "the holder is cut off from the store for 1-3 TTLs (blackholed links), then healed",
             ("partition",),
+            needs="network",
+        ),
+        Scenario(
+            "short-partition",
+            "the holder is cut off from the store for 0.1-0.4 TTL, less than its lease: it "
+            "should keep its lease (same token) and the run see no lost lease",
+            ("short-partition",),
             needs="network",
         ),
         Scenario(
@@ -78,6 +86,22 @@ SCENARIOS = {
             ("store-restart",),
             every=(1.0, 2.0),
             needs="server",
+        ),
+        Scenario(
+            "failover",
+            "Redis: replication to the replica lags, the primary dies after granting, the "
+            "replica is promoted: a lock and its token counter go back in time",
+            ("failover",),
+            every=(1.0, 2.0),
+            needs="redis",
+        ),
+        Scenario(
+            "clock-jump",
+            "Redis: the server's clock jumps 2-3 TTLs forward (a clock shim): held leases "
+            "expire early while their holders still believe they hold",
+            ("clock-jump",),
+            every=(1.0, 2.0),
+            needs="redis",
         ),
         Scenario(
             "clock-drift",
