@@ -9,20 +9,17 @@ leaves an owner file behind, and the next run reaps what that run left.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 
+from ._process import ServerGroup, ServerProcess, reap_orphans
 from .postgres_server import HOST, free_port
 
 ETCD = Path(os.environ.get("TENURE_ETCD", "/usr/bin/etcd"))
@@ -32,14 +29,12 @@ ELECTION_MS = 500
 """Faster than etcd's defaults (100/1000 ms): quicker fail-over, and a 1 s minimum lease TTL."""
 
 
-class EtcdMember:
+class EtcdMember(ServerProcess):
     def __init__(self, cluster: EtcdCluster, index: int) -> None:
         self.cluster = cluster
         self.name = f"m{index}"
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
 
     @property
     def client_url(self) -> str:
@@ -61,10 +56,6 @@ class EtcdMember:
     def log_path(self) -> Path:
         return self.cluster.root / f"{self.name}.log"
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def launch(self) -> None:
         argv = [
             str(ETCD),
@@ -82,51 +73,7 @@ class EtcdMember:
             "--logger=zap",
             "--log-level=warn",
         ]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.paused = False
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL (a crash); the data stays for ``start``."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-        self.paused = False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (a clean stop); the data stays for ``start``."""
-        if self.proc is None:
-            return
-        if self.paused:
-            self.resume()
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        self.signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.paused = False
+        self.spawn(argv, self.log_path)
 
     def start(self, timeout: float = 30.0) -> None:
         """Start again on the same ports and data (after ``stop`` or ``kill``)."""
@@ -174,13 +121,13 @@ class EtcdMember:
             return "(no log)"
 
 
-class EtcdCluster:
+class EtcdCluster(ServerGroup):
     """``members`` etcd processes forming one static cluster on 127.0.0.1."""
 
     def __init__(self, members: int = 3) -> None:
         if not os.access(ETCD, os.X_OK):
             raise RuntimeError(f"etcd binary not found at {ETCD}")
-        reap_orphans()
+        reap_orphans(PREFIX, lambda root: f"--data-dir={root}/".encode())
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         (self.root / "owner").write_text(str(os.getpid()))
         self.token = uuid.uuid4().hex
@@ -193,6 +140,10 @@ class EtcdCluster:
     @property
     def endpoints(self) -> list[str]:
         return [m.endpoint for m in self.members]
+
+    @property
+    def processes(self) -> list[EtcdMember]:
+        return self.members
 
     def start(self, timeout: float = 30.0) -> EtcdCluster:
         """Start every member in parallel and wait until all are healthy (kills all on failure).
@@ -256,51 +207,3 @@ class EtcdCluster:
                 member.resume()
         for member in self.members:
             member.start()
-
-    def kill_all(self) -> None:
-        for member in self.members:
-            member.kill()
-
-    def close(self) -> None:
-        try:
-            self.kill_all()
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> EtcdCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def reap_orphans() -> None:
-    """Kill the members (and remove the directories) of test runs that no longer exist."""
-    for root in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
-        try:
-            owner = int((root / "owner").read_text())
-            os.kill(owner, 0)
-            continue  # its owner still runs
-        except (PermissionError, ValueError):
-            continue
-        except OSError:
-            pass  # no owner file, or the owner is gone
-        if not (root / "owner").exists():
-            continue
-        needle = f"--data-dir={root}/".encode()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = Path(entry.path, "cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        shutil.rmtree(root, ignore_errors=True)

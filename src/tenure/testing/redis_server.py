@@ -12,12 +12,10 @@ alone): ``clock_jump(seconds)`` moves that clock while the server runs.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import mmap
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -26,6 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from ._process import ServerProcess
 from .postgres_server import HOST, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
@@ -65,7 +64,7 @@ def clockshift_library() -> Path:
     return target
 
 
-class RedisServer:
+class RedisServer(ServerProcess):
     """One ``redis-server`` on 127.0.0.1: ``start()``, ``stop()``, ``kill()``, ``close()``."""
 
     def __init__(
@@ -83,8 +82,6 @@ class RedisServer:
         self.password = password
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
         self.clock_offset = 0.0  # seconds the server's wall clock is ahead of the real one
         self._offset: mmap.mmap | None = None
         if clock_shift:
@@ -115,10 +112,6 @@ class RedisServer:
     @property
     def offset_path(self) -> Path:
         return self.root / "clock-offset"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -152,59 +145,16 @@ class RedisServer:
         """Start (again, on the same port, with no data) and wait until it answers PING."""
         if self.running:
             return self
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                self._argv(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                start_new_session=True,
-            )
-        self.paused = False
+        self.spawn(self._argv(), self.log_path, self._env())
         deadline = time.monotonic() + timeout
         while not self.ping():
-            if self.proc.poll() is not None:
+            if not self.running:
                 raise RuntimeError(f"redis-server exited at start; log: {self.log()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"redis-server not ready after {timeout}s; log: {self.log()}")
             time.sleep(0.02)
         return self
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL (a crash): with no persistence, everything is gone."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-        self.paused = False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        if self.paused:
-            self.resume()
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self.proc = None
-
-    def pause(self) -> None:
-        self.signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.paused = False
 
     def close(self) -> None:
         try:

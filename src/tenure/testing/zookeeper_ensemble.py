@@ -14,18 +14,15 @@ leader is replaced within about a second.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 
+from ._process import ServerGroup, ServerProcess, reap_orphans
 from .postgres_server import HOST, free_port
 
 JAVA = Path(os.environ.get("TENURE_JAVA", "/usr/bin/java"))
@@ -50,7 +47,7 @@ def four_letters(endpoint: str, command: str, timeout: float = 1.0) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(ServerProcess):
     def __init__(self, ensemble: ZooKeeperEnsemble, myid: int) -> None:
         self.ensemble = ensemble
         self.myid = myid
@@ -58,8 +55,6 @@ class ZooKeeperServer:
         self.client_port = free_port()
         self.quorum_port = free_port()
         self.election_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.paused = False
 
     @property
     def endpoint(self) -> str:
@@ -72,10 +67,6 @@ class ZooKeeperServer:
     @property
     def log_path(self) -> Path:
         return self.ensemble.root / f"{self.name}.log"
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def write_config(self) -> None:
         data = self.dir / "data"
@@ -111,51 +102,7 @@ class ZooKeeperServer:
             MAIN,
             str(self.dir / "zoo.cfg"),
         ]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.paused = False
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL (a crash); the data stays for ``start``."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-        self.paused = False
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (a clean stop); the data stays for ``start``."""
-        if self.proc is None:
-            return
-        if self.paused:
-            self.resume()
-        self.signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.signal(signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        self.signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.paused = False
+        self.spawn(argv, self.log_path)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start again on the same ports and data (after ``stop`` or ``kill``)."""
@@ -194,17 +141,21 @@ class ZooKeeperServer:
             return "(no log)"
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(ServerGroup):
     """``servers`` ZooKeeper servers forming one ensemble on 127.0.0.1."""
 
     def __init__(self, servers: int = 3) -> None:
         missing = self.missing()
         if missing:
             raise RuntimeError(f"not found: {', '.join(missing)}")
-        reap_orphans()
+        reap_orphans(PREFIX, lambda root: f"-Dtenure.zk.root={root}\0".encode())
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         (self.root / "owner").write_text(str(os.getpid()))
         self.servers = [ZooKeeperServer(self, i + 1) for i in range(servers)]
+
+    @property
+    def processes(self) -> list[ZooKeeperServer]:
+        return self.servers
 
     @staticmethod
     def missing() -> list[str]:
@@ -270,51 +221,3 @@ class ZooKeeperEnsemble:
         with ThreadPoolExecutor(len(self.servers)) as pool:
             for done in [pool.submit(s.wait_ready, timeout) for s in self.servers]:
                 done.result()
-
-    def kill_all(self) -> None:
-        for server in self.servers:
-            server.kill()
-
-    def close(self) -> None:
-        try:
-            self.kill_all()
-        finally:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> ZooKeeperEnsemble:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def reap_orphans() -> None:
-    """Kill the servers (and remove the directories) of test runs that no longer exist."""
-    for root in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
-        try:
-            owner = int((root / "owner").read_text())
-            os.kill(owner, 0)
-            continue  # its owner still runs
-        except (PermissionError, ValueError):
-            continue
-        except OSError:
-            pass  # no owner file, or the owner is gone
-        if not (root / "owner").exists():
-            continue
-        needle = f"-Dtenure.zk.root={root}\0".encode()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = Path(entry.path, "cmdline").read_bytes()
-            except OSError:
-                continue
-            if needle in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
-        shutil.rmtree(root, ignore_errors=True)

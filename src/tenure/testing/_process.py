@@ -1,0 +1,141 @@
+"""One store server process, as the launchers run it: in a process group of its own (so a
+signal reaches its children too), its output appended to a log file, and the switches a test
+or the chaos harness flips — kill (a crash), stop (clean), pause and resume (SIGSTOP/SIGCONT)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+
+class ServerProcess:
+    proc: subprocess.Popen[bytes] | None = None
+    paused = False
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.paused = False
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash); what the server keeps on disk stays for a new start."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        self.paused = False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (a clean stop), SIGKILL after ``timeout``."""
+        if self.proc is None:
+            return
+        if self.paused:
+            self.resume()
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.paused = False
+
+
+G = TypeVar("G", bound="ServerGroup")
+
+
+class ServerGroup:
+    """Servers sharing one temporary directory ``root`` (with an ``owner`` file naming the test
+    process, for ``reap_orphans``): a context manager that starts them all and, on exit or
+    ``close()``, kills them and removes the directory."""
+
+    root: Path
+
+    @property
+    def processes(self) -> Sequence[ServerProcess]:
+        raise NotImplementedError
+
+    def start(self: G, timeout: float = 60.0) -> G:
+        raise NotImplementedError
+
+    def kill_all(self) -> None:
+        for process in self.processes:
+            process.kill()
+
+    def close(self) -> None:
+        try:
+            self.kill_all()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self: G) -> G:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def reap_orphans(prefix: str, marker: Callable[[Path], bytes]) -> None:
+    """Kill the servers (and remove the directories) of test runs that no longer exist: a
+    directory ``prefix*`` whose owner process is gone; its servers are the processes whose
+    command line contains ``marker(directory)``."""
+    for root in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        try:
+            owner = int((root / "owner").read_text())
+            os.kill(owner, 0)
+            continue  # its owner still runs
+        except (PermissionError, ValueError):
+            continue
+        except OSError:
+            pass  # no owner file, or the owner is gone
+        if not (root / "owner").exists():
+            continue
+        needle = marker(root)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = Path(entry.path, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
