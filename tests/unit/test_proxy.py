@@ -114,6 +114,21 @@ async def test_blackhole_drops_everything_but_keeps_the_connection_open() -> Non
             assert await roundtrip(second, b"new") == b"new"
 
 
+async def test_hold_delivers_everything_in_order_after_the_partition() -> None:
+    async with echo_proxy() as (echo, proxy), await connect(proxy) as stream:
+        assert await roundtrip(stream, b"a") == b"a"
+        proxy.set_mode("hold")
+        await stream.send(b"held ")
+        await stream.send(b"then more")
+        assert await no_answer(stream)
+        assert bytes(echo.received) == b"a"  # nothing reached the server yet
+        proxy.heal()
+        with anyio.fail_after(2):
+            got = await BufferedByteReceiveStream(stream).receive_exactly(len(b"held then more"))
+        assert got == b"held then more"  # nothing lost, nothing reordered
+        assert bytes(echo.received) == b"aheld then more"
+
+
 async def test_blackhole_swallows_a_new_connection_silently() -> None:
     async with echo_proxy() as (echo, proxy):
         proxy.set_mode("blackhole")

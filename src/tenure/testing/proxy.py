@@ -8,6 +8,9 @@ mode applies at once to every current and future connection:
 ``pass``            forward bytes both ways (the default; ``heal()`` returns to it).
 ``delay``           forward, but hold each chunk ``seconds`` in each direction (chunks of one
                     direction are held one after another, so a burst adds up).
+``hold``            keep connections open and hold every byte both ways until the mode
+                    changes, then deliver them in order: a partition as TCP lives through it
+                    (it sends the bytes again until the path heals).
 ``blackhole``       keep connections open but drop every byte both ways: a partition that looks
                     alive. Dropped bytes are lost for good; after ``heal()`` new bytes flow again.
                     (A chunk is judged when the proxy reads it, so bytes still in flight at
@@ -44,8 +47,8 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.from_thread import BlockingPortal
 
-Mode = Literal["pass", "delay", "blackhole", "reset", "lose_responses"]
-MODES: tuple[Mode, ...] = ("pass", "delay", "blackhole", "reset", "lose_responses")
+Mode = Literal["pass", "delay", "hold", "blackhole", "reset", "lose_responses"]
+MODES: tuple[Mode, ...] = ("pass", "delay", "hold", "blackhole", "reset", "lose_responses")
 CHUNK = 65536
 
 
@@ -174,6 +177,8 @@ class ChaosProxy:
                     return
                 if self.mode == "delay" and self.delay_seconds > 0:
                     await anyio.sleep(self.delay_seconds)
+                while self.mode == "hold":
+                    await anyio.sleep(0.005)
                 if self._drops(response):
                     continue
                 self.bytes_forwarded += len(data)

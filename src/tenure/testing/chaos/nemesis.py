@@ -15,7 +15,8 @@ stall           the holder's renewals hang for 1–3 × TTL while it keeps worki
                 the store but not from the resource (works on every store, SQLite included).
 partition       blackhole the holder's links to the store for 1–3 × TTL (the proxy holds the
                 connections open and drops every byte), then heal.
-short-partition the same for 0.1–0.4 × TTL: shorter than the lease (and a ZooKeeper session).
+short-partition the holder's links hold every byte for 0.1–0.4 × TTL, then deliver them: a
+                partition shorter than the lease (and a ZooKeeper session), as TCP lives it.
 lost-reply      a waiting worker's requests reach the store but the answers are dropped, for
                 0.5–1.5 × TTL.
 member-kill     SIGKILL the etcd leader (or the PostgreSQL server), restart it 1–2 × TTL later.
@@ -162,7 +163,7 @@ class Nemesis:
             "short-partition",
             worker.name,
             self.span(0.1, 0.4),
-            lambda: worker.set_links("blackhole"),
+            lambda: worker.set_links("hold"),
             lambda: worker.set_links("pass"),
         )
 
