@@ -3,7 +3,7 @@
 Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md.
 """
 
-from ._client import AsyncClient, Client, Leadership, Lease, connect, connect_async
+from ._client import AsyncClient, Client, Leadership, Lease, Run, connect, connect_async
 from ._clock import Clock
 from ._election import AsyncLeadership, Leader
 from ._errors import (
@@ -15,6 +15,7 @@ from ._errors import (
     TenureError,
 )
 from ._lease import AsyncLease
+from ._once import AsyncRun, Slot
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN
 from .stores._spi import Capabilities, LockInfo, Owner
 
@@ -24,6 +25,7 @@ __all__ = [
     "AsyncClient",
     "AsyncLeadership",
     "AsyncLease",
+    "AsyncRun",
     "Capabilities",
     "Client",
     "Clock",
@@ -35,6 +37,8 @@ __all__ = [
     "LockInfo",
     "NotAcquired",
     "Owner",
+    "Run",
+    "Slot",
     "StaleToken",
     "StoreUnavailable",
     "TenureError",

@@ -29,6 +29,17 @@ from ._errors import LeaseLost, TenureError
 from ._lease import AsyncLease, LostCallback
 from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_label, check_name
+from ._once import (
+    AsyncOnce,
+    AsyncRun,
+    Policy,
+    Slot,
+    check_policy,
+    check_slot,
+    claim,
+    history,
+    one_line,
+)
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._url import Grade, open_store
@@ -185,6 +196,49 @@ class AsyncClient:
         """The current leader, then every change (``async for leader in client.observe(n)``)."""
         return observe(self.store, check_name(name))
 
+    # -- once per slot --------------------------------------------------------------------
+
+    async def claim(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncRun:
+        """Claim slot ``slot`` of ``job`` to run it here, unless it is over or (without
+        ``wait``) running elsewhere; see ``tenure._once``. A true result holds the slot's lease:
+        end it with ``await run.complete(exit_code)`` (or ``abandon()``)."""
+        timeout = check_arguments(job, ttl, timeout, self.drift, self.margin)
+        check_slot(slot)
+        check_policy(policy)
+        return await claim(self, job, slot, ttl=ttl, policy=policy, wait=wait, timeout=timeout)
+
+    def once(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncOnce:
+        """``async with client.once(job, slot) as run: if run: ...``: the block runs the slot
+        at most once per policy; leaving it records done (or failed, with its exception)."""
+        check_arguments(job, ttl, timeout, self.drift, self.margin)
+        check_slot(slot)
+        check_policy(policy)
+        return AsyncOnce(
+            lambda: self.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+        )
+
+    async def history(self, job: str) -> list[Slot]:
+        """Every recorded slot of ``job``, in slot-key order."""
+        return await history(self, job)
+
 
 @asynccontextmanager
 async def connect_async(
@@ -255,6 +309,33 @@ class Leadership(Lease):
         self._client._call(self._inner.resign)
 
 
+class Run:
+    """A sync view of ``AsyncRun``: true if this process is to run the slot."""
+
+    def __init__(self, inner: AsyncRun, client: Client) -> None:
+        self._inner = inner
+        self._client = client
+        self.lease = Lease(inner.lease, client) if inner.lease is not None else None
+
+    def __bool__(self) -> bool:
+        return bool(self._inner)
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    state = property(lambda self: self._inner.state)
+    slot = property(lambda self: self._inner.slot)
+    token = property(lambda self: self._inner.token)
+    attempt = property(lambda self: self._inner.attempt)
+
+    def complete(self, exit_code: int = 0, error: str | None = None) -> Slot:
+        """See ``AsyncRun.complete``."""
+        return self._client._call(self._inner.complete, exit_code, error)
+
+    def abandon(self) -> None:
+        self._client._call(self._inner.abandon)
+
+
 class Client:
     """The sync client. ``client = tenure.connect()``; close it with ``client.close()``."""
 
@@ -315,6 +396,8 @@ class Client:
             late = future.result()
             if isinstance(late, AsyncLease):
                 self._call(late.release)
+            elif isinstance(late, AsyncRun):
+                self._call(late.abandon)
             raise
         if result is None and scopes and scopes[0].cancelled_caught:
             raise TenureError("the client is closing")
@@ -392,6 +475,53 @@ class Client:
 
     def leader(self, name: str) -> Leader | None:
         return self._call(self._async.leader, name)
+
+    # -- once per slot --------------------------------------------------------------------
+
+    def claim(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Run:
+        """See ``AsyncClient.claim``; end a true result with ``run.complete(exit_code)``."""
+        inner = self._call(
+            self._async.claim, job, slot, ttl, policy=policy, wait=wait, timeout=timeout
+        )
+        return Run(inner, self)
+
+    @contextmanager
+    def once(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Run]:
+        """``with client.once(job, slot) as run: if run: ...``: leaving the block records done
+        (or failed, with the block's exception, which propagates); a lost lease records
+        nothing and raises ``LeaseLost``."""
+        run = self.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+        if not run:
+            yield run
+            return
+        try:
+            yield run
+        except BaseException as exc:
+            with contextlib.suppress(TenureError):
+                run.complete(error=one_line(exc))
+            raise
+        run.complete()
+
+    def history(self, job: str) -> list[Slot]:
+        return self._call(self._async.history, job)
 
     def observe(self, name: str) -> Iterator[Leader | None]:
         """The current leader, then every change, as a blocking iterator."""

@@ -112,6 +112,17 @@ class Watch(ABC):
         """Unsubscribe (idempotent)."""
 
 
+@dataclass(frozen=True)
+class Record:
+    """A small durable record (``tenure.once``'s slots): text, and a version the store changes
+    on every write, so that a write can be made conditional on what the writer last read."""
+
+    key: str
+    value: str
+    version: int
+    """Positive; a write of the record makes it different (not necessarily larger)."""
+
+
 class Session(ABC):
     """A store's handle on one session."""
 
@@ -187,3 +198,27 @@ class Store(ABC):
     async def watch(self, name: str) -> Watch:
         """Subscribe to the changes of ``name`` (see `Watch`); woken by the store, not a poll."""
         raise NotImplementedError(f"{type(self).__name__} has no leader election yet")
+
+    # -- records (conditional writes) ------------------------------------------------------
+
+    async def read_record(self, key: str) -> Record | None:
+        """The record ``key``, or None if there is none."""
+        raise self._no_records()
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        """Write ``value`` if the record's version is still ``version`` (0: only if there is no
+        record), atomically with that check and durably before returning the written record;
+        None if the version differs (someone wrote since), and then nothing is written."""
+        raise self._no_records()
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        """Every record whose key starts with ``prefix``, in key order."""
+        raise self._no_records()
+
+    def _no_records(self) -> Exception:
+        from .._errors import InvalidArgument
+
+        return InvalidArgument(
+            f"the {self.scheme} store keeps no records, which tenure once and cron need: use "
+            "sqlite, postgresql, etcd, zookeeper or redis"
+        )

@@ -37,7 +37,18 @@ import platformdirs
 
 from .._clock import REAL_CLOCK
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    LockInfo,
+    Owner,
+    Record,
+    Session,
+    Store,
+    Watch,
+)
 
 T = TypeVar("T")
 BUSY_GIVE_UP = 60.0
@@ -64,6 +75,8 @@ CREATE TABLE IF NOT EXISTS tenure_events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, prev INTEGER NOT NULL, name TEXT NOT NULL,
     token INTEGER, value TEXT, host TEXT, pid INTEGER, label TEXT, expires REAL, waiters INTEGER);
 CREATE INDEX IF NOT EXISTS tenure_events_name ON tenure_events (name, seq);
+CREATE TABLE IF NOT EXISTS tenure_records (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL, version INTEGER NOT NULL);
 INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '2');
 """
 # tenure_events: ``token`` NULL means freed; ``prev`` is the seq of the name's previous event
@@ -538,6 +551,46 @@ class SQLiteStore(Store):
             return True
 
         return await self._transaction(tx)
+
+    # -- records ---------------------------------------------------------------------------
+
+    async def read_record(self, key: str) -> Record | None:
+        try:
+            row = self._db.execute(
+                "SELECT value, version FROM tenure_records WHERE key = ?", (key,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        return None if row is None else Record(key, row[0], row[1])
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        def tx(db: sqlite3.Connection, now: float) -> Record | None:
+            if version == 0:
+                cur = db.execute(
+                    "INSERT INTO tenure_records (key, value, version) VALUES (?, ?, 1)"
+                    " ON CONFLICT (key) DO NOTHING",
+                    (key, value),
+                )
+            else:
+                cur = db.execute(
+                    "UPDATE tenure_records SET value = ?, version = version + 1"
+                    " WHERE key = ? AND version = ?",
+                    (value, key, version),
+                )
+            return Record(key, value, version + 1) if cur.rowcount == 1 else None
+
+        return await self._transaction(tx)
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        try:
+            rows = self._db.execute(
+                "SELECT key, value, version FROM tenure_records"
+                " WHERE substr(key, 1, length(?)) = ? ORDER BY key",
+                (prefix, prefix),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
+        return [Record(*row) for row in rows]
 
     async def watch(self, name: str) -> Watch:
         wake, fd = self._make_fifo()  # listening before the row exists: writers never skip it

@@ -14,7 +14,7 @@ from __future__ import annotations
 import anyio
 
 from .._errors import StoreUnavailable
-from ..stores._spi import Busy, Grant, LockInfo, Owner, Session, Store, Watch
+from ..stores._spi import Busy, Grant, LockInfo, Owner, Record, Session, Store, Watch
 
 
 class FaultyStore(Store):
@@ -78,6 +78,15 @@ class FaultyStore(Store):
 
     async def watch(self, name: str) -> Watch:
         return await self.inner.watch(name)
+
+    async def read_record(self, key: str) -> Record | None:
+        return await self.inner.read_record(key)
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        return await self.inner.write_record(key, value, version)
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        return await self.inner.list_records(prefix)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
