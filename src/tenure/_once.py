@@ -112,10 +112,13 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 def check_slot(slot: object) -> str:
-    if isinstance(slot, str) and slot and not slot.isprintable():
-        raise InvalidArgument(f"slot key must be printable: {slot!r}")
-    check_name(slot)
-    assert isinstance(slot, str)
+    """A slot key: printable, no surrounding whitespace, at most 200 bytes."""
+    if not isinstance(slot, str) or not slot:
+        raise InvalidArgument(f"slot key must be a non-empty string, got {slot!r}")
+    if not slot.isprintable() or slot != slot.strip() or len(slot.encode()) > 200:
+        raise InvalidArgument(
+            f"slot key must be printable, without surrounding spaces, at most 200 bytes: {slot!r}"
+        )
     return slot
 
 

@@ -24,7 +24,8 @@ from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Session, Store
 from tenure.stores.redis import RedisStore, RedisTicket
 from tenure.stores.redlock import RedlockStore
-from tenure.testing.redis_server import CLOCKSHIFT_FILE, RedisServer, clockshift_library
+from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
+from tenure.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 OWNER = tenure.Owner("test", os.getpid())

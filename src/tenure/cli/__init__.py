@@ -42,12 +42,14 @@ EXIT_SIGNAL_BASE = 128
 
 EXIT_CODES_HELP = """\b
 Exit codes:
-  0-125    tenure run: the command's own exit code
+  0-125    tenure run/once/cron: the command's own exit code (tenure once: 0 also
+           when the slot was already over)
   1        tenure ls NAME: not held; tenure leader NAME: nobody leads; tenure chaos:
            a violation was found
   2        bad input (option, TTL, timeout, lock name, store URL)
   69       the store is unavailable (cannot be opened, read or written)
-  75       busy: not acquired (--no-wait, or --timeout passed)
+  75       busy: not acquired (--no-wait, or --timeout passed); tenure once: the slot
+           is running elsewhere
   76       the lease was lost while the command ran (it was stopped)
   126/127  the command cannot be executed / was not found
   128+N    the command was killed by signal N
@@ -100,6 +102,9 @@ class _Commands(click.Group):
         "chaos": "chaos",
         "elect": "elect",
         "leader": "leader",
+        "once": "once",
+        "cron": "cron",
+        "history": "history",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -131,6 +136,15 @@ def error(message: str) -> None:
 
 def one_line(message: str) -> str:
     return " ".join(message.split())
+
+
+def columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as left-aligned columns two spaces apart (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def _usage_line(exc: click.UsageError) -> str:

@@ -10,17 +10,17 @@ import tenure
 
 from .._names import check_name
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, store_option
-from .ls import _shown
+from .ls import shown
 
 
 def _text(name: str, leader: tenure.Leader | None) -> str:
     if leader is None:
-        return f"{_shown(name)}: no leader"
+        return f"{shown(name)}: no leader"
     owner = leader.holder
-    label = f" ({_shown(owner.label)})" if owner.label else ""
-    value = "-" if leader.value is None else _shown(leader.value)
+    label = f" ({shown(owner.label)})" if owner.label else ""
+    value = "-" if leader.value is None else shown(leader.value)
     return (
-        f"{_shown(name)}: term {leader.term} value {value} held by {_shown(owner.host)} "
+        f"{shown(name)}: term {leader.term} value {value} held by {shown(owner.host)} "
         f"pid {owner.pid}{label}"
     )
 

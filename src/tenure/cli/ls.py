@@ -11,26 +11,26 @@ import tenure
 
 from .._names import check_name
 from ..stores._spi import LockInfo
-from . import EXIT_NOT_HELD, EXIT_OK, store_option
+from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """Names and labels come from other processes: never print control characters raw."""
     return text if text.isprintable() else repr(text)
 
 
 def holder(info: LockInfo) -> str:
     owner = info.owner
-    label = f" ({_shown(owner.label)})" if owner.label else ""
-    return f"{_shown(owner.host)} pid {owner.pid}{label}"
+    label = f" ({shown(owner.label)})" if owner.label else ""
+    return f"{shown(owner.host)} pid {owner.pid}{label}"
 
 
 def table(infos: list[LockInfo]) -> str:
     rows = [COLUMNS] + [
         (
-            _shown(info.name),
+            shown(info.name),
             str(info.token),
             holder(info),
             f"{max(0.0, info.expires_in):.1f}s",
@@ -38,21 +38,17 @@ def table(infos: list[LockInfo]) -> str:
         )
         for info in infos
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
+    return columns(rows)
 
 
 def detail(info: LockInfo) -> str:
     owner = info.owner
     lines = [
-        ("lock", _shown(info.name)),
+        ("lock", shown(info.name)),
         ("token", str(info.token)),
-        ("host", _shown(owner.host)),
+        ("host", shown(owner.host)),
         ("pid", str(owner.pid)),
-        ("label", _shown(owner.label) if owner.label else "-"),
+        ("label", shown(owner.label) if owner.label else "-"),
         ("expires", f"in {max(0.0, info.expires_in):.1f}s unless renewed"),
         ("waiters", str(info.waiters)),
     ]

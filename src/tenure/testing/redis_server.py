@@ -12,56 +12,20 @@ alone): ``clock_jump(seconds)`` moves that clock while the server runs.
 
 from __future__ import annotations
 
-import hashlib
-import mmap
 import os
 import shutil
 import socket
-import struct
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
 from ._process import ServerProcess
+from .clockshift import ClockShift
 from .postgres_server import HOST, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
 PREFIX = "tenure-redis-"
-CLOCKSHIFT_SOURCE = Path(__file__).with_name("clockshift.c")
-CLOCKSHIFT_FILE = "TENURE_CLOCKSHIFT_FILE"  # the variable clockshift.c reads the path from
-
-
-def clockshift_library() -> Path:
-    """``clockshift.c`` built as a shared object, once per user and source version.
-
-    Kept in a per-user temporary directory under the source's hash; built under a private name
-    and renamed into place, so parallel test processes never load a half-written file."""
-    source = CLOCKSHIFT_SOURCE.read_bytes()
-    cache = Path(tempfile.gettempdir()) / f"tenure-{os.getuid()}"
-    cache.mkdir(mode=0o700, exist_ok=True)
-    if cache.stat().st_uid != os.getuid() or cache.is_symlink():
-        raise RuntimeError(f"{cache} belongs to someone else: cannot build clockshift there")
-    target = cache / f"clockshift-{hashlib.sha256(source).hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc") if c and shutil.which(c)), None)
-    if compiler is None:
-        raise RuntimeError("clock_shift needs a C compiler (cc or gcc) to build clockshift.c")
-    partial = cache / f".{target.name}.{os.getpid()}.tmp"
-    try:
-        subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(CLOCKSHIFT_SOURCE)],
-            check=True,
-            capture_output=True,
-        )
-        os.replace(partial, target)
-    except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"{compiler} failed on clockshift.c: {exc.stderr.decode()}") from exc
-    finally:
-        partial.unlink(missing_ok=True)
-    return target
 
 
 class RedisServer(ServerProcess):
@@ -76,21 +40,12 @@ class RedisServer(ServerProcess):
     ) -> None:
         if not os.access(REDIS_SERVER, os.X_OK):
             raise RuntimeError(f"redis-server not found at {REDIS_SERVER}")
-        self.shim = clockshift_library() if clock_shift else None
         self.replica_of = replica_of
         self.clock_shift = clock_shift
         self.password = password
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.port = free_port()
-        self.clock_offset = 0.0  # seconds the server's wall clock is ahead of the real one
-        self._offset: mmap.mmap | None = None
-        if clock_shift:
-            with open(self.offset_path, "w+b") as file:
-                file.write(bytes(8))
-                file.flush()
-                # Written through the same shared pages the server maps: an aligned 8-byte
-                # store, so the server never reads half an offset.
-                self._offset = mmap.mmap(file.fileno(), 8)
+        self.clock = ClockShift(self.root / "clock-offset") if clock_shift else None
 
     @classmethod
     def missing(cls) -> list[str]:
@@ -108,10 +63,6 @@ class RedisServer(ServerProcess):
     @property
     def log_path(self) -> Path:
         return self.root / "redis.log"
-
-    @property
-    def offset_path(self) -> Path:
-        return self.root / "clock-offset"
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -134,12 +85,7 @@ class RedisServer(ServerProcess):
         return argv
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.shim is not None:
-            preload = env.get("LD_PRELOAD")
-            env["LD_PRELOAD"] = f"{self.shim} {preload}" if preload else str(self.shim)
-            env[CLOCKSHIFT_FILE] = str(self.offset_path)
-        return env
+        return dict(os.environ) if self.clock is None else self.clock.env()
 
     def start(self, timeout: float = 20.0) -> RedisServer:
         """Start (again, on the same port, with no data) and wait until it answers PING."""
@@ -160,9 +106,8 @@ class RedisServer(ServerProcess):
         try:
             self.kill()
         finally:
-            if self._offset is not None:
-                self._offset.close()
-                self._offset = None
+            if self.clock is not None:
+                self.clock.close()
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
@@ -186,10 +131,9 @@ class RedisServer(ServerProcess):
     def clock_jump(self, seconds: float) -> None:
         """Move the server's wall clock by ``seconds`` more, at once (needs ``clock_shift=True``);
         its monotonic clock does not move."""
-        if self._offset is None:
+        if self.clock is None:
             raise RuntimeError("clock_jump needs RedisServer(clock_shift=True)")
-        self.clock_offset += seconds
-        self._offset[:] = struct.pack("=q", round(self.clock_offset * 1e9))
+        self.clock.jump(seconds)
 
     # -- a tiny client (no dependency on redis-py here) -------------------------------------
 

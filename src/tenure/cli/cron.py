@@ -1,0 +1,154 @@
+"""``tenure cron SCHEDULE NAME -- CMD``: a daemon every server runs; each slot runs on one.
+
+At each slot of the schedule (UTC; a cron expression or ``every 30s``) the daemon waits a random
+jitter, then does what ``tenure once NAME --slot <due time> --wait`` does: the first server to
+claim the slot runs CMD, the others wait for it until the next slot is due — and take the slot
+over if its runner dies without recording an end (at-least-once), or mark it failed
+(at-most-once). The slot's key is its due time, so servers whose clocks differ by a few
+seconds still agree on which slot it is. Slots missed while the daemon (or every server) was
+down are skipped, or with ``--catch-up latest`` the latest of them is run once.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+
+import click
+
+from .._child import CommandError, resolve_command
+from .._once import Policy, check_policy
+from .._schedule import Schedule, parse_schedule, slot_key
+from .._url import Grade
+from . import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    error,
+    open_client,
+    require_option,
+    store_option,
+)
+from .once import policy_option, run_slot
+from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt
+
+DEFAULT_JITTER = 1.0
+
+
+@click.command(
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.argument("schedule")
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@policy_option
+@click.option(
+    "--catch-up",
+    type=click.Choice(["skip", "latest"]),
+    default="skip",
+    show_default=True,
+    help="Slots missed while down: skip them, or run the latest of them once.",
+)
+@click.option(
+    "--jitter",
+    type=float,
+    default=DEFAULT_JITTER,
+    show_default=True,
+    metavar="S",
+    help="Wait a random 0..S seconds after a slot is due before claiming it.",
+)
+@click.option("--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S")
+@click.option("--grace", type=float, default=DEFAULT_GRACE, show_default=True, metavar="S")
+@click.option("--count", type=int, default=None, metavar="N", help="Stop after N slots.")
+@store_option
+@require_option
+@click.option("--label", default="", help="A label shown by 'tenure history' and 'tenure ls'.")
+@click.option("-q", "--quiet", is_flag=True, help="Say nothing on stderr except errors.")
+def cron(
+    schedule: str,
+    name: str,
+    command: tuple[str, ...],
+    policy: Policy,
+    catch_up: str,
+    jitter: float,
+    ttl: float,
+    grace: float,
+    count: int | None,
+    store: str | None,
+    require: Grade | None,
+    label: str,
+    quiet: bool,
+) -> int:
+    """Run COMMAND for each slot of SCHEDULE (UTC) on exactly one of the servers running this.
+
+    SCHEDULE is a cron expression ("0 2 * * *") or an interval ("every 30s", units ms, s, m,
+    h). Runs until stopped (SIGINT/SIGTERM: a running command gets the signal, and its slot
+    is left to another server), or for --count slots.
+    """
+    check_inputs(name, ttl, None, grace, label)
+    check_policy(policy)
+    plan = parse_schedule(schedule)
+    if not 0 <= jitter < 3600 or (count is not None and count < 1):
+        error("--jitter must be 0 to 3600 seconds and --count at least 1")
+        return 2
+    try:
+        resolve_command(command[0])
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    client = open_client(store, label, require, quiet)
+    try:
+        return _loop(
+            client, plan, name, command, policy, catch_up, jitter, ttl, grace, count, quiet
+        )
+    except Interrupted as exc:
+        if not quiet:
+            click.echo(
+                f"tenure: cron {name!r} stopped by {signal.Signals(exc.signum).name}", err=True
+            )
+        return EXIT_SIGNAL_BASE + exc.signum
+    finally:
+        client.close()
+
+
+def _loop(
+    client: object,
+    plan: Schedule,
+    name: str,
+    command: tuple[str, ...],
+    policy: Policy,
+    catch_up: str,
+    jitter: float,
+    ttl: float,
+    grace: float,
+    count: int | None,
+    quiet: bool,
+) -> int:
+    import tenure
+
+    assert isinstance(client, tenure.Client)
+    now = time.time()
+    due = plan.latest_at_or_before(now) if catch_up == "latest" else plan.next_after(now)
+    done = 0
+    while count is None or done < count:
+        with signals_interrupt():
+            time.sleep(max(0.0, due - time.time()) + random.uniform(0, jitter))
+        following = plan.next_after(due)
+        code, stopped = run_slot(
+            client, name, slot_key(due), command,
+            ttl=ttl, grace=grace, policy=policy, wait=True,
+            timeout=max(0.1, following - time.time()), quiet=quiet,
+        )  # fmt: skip
+        if stopped:
+            return code
+        done += 1
+        now = time.time()
+        if following > now:
+            due = following
+        elif catch_up == "latest":
+            due = plan.latest_at_or_before(now)  # slots missed while this one ran: the latest
+        else:
+            due = plan.next_after(now)
+    return EXIT_OK

@@ -1,0 +1,199 @@
+"""``tenure once NAME --slot KEY -- CMD``: the same line on every server; each slot runs once.
+
+The first server to claim (NAME, KEY) runs CMD as ``tenure run`` would (its token in the
+environment, stopped if the lease is lost, signals passed on), with TENURE_JOB, TENURE_SLOT and
+TENURE_ATTEMPT besides; the end is recorded with the token, the server, start, end and exit
+code. The others exit at once: 0 if the slot is already over (done or failed), 75 if it is
+running elsewhere. With ``--wait`` they wait for the runner instead, then exit 0 once it
+recorded the end — or, if it died without recording one, run the slot again (at-least-once) or
+mark it failed (at-most-once).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import click
+
+import tenure
+
+from .._child import CommandError, resolve_command
+from .._once import POLICIES, Policy, check_policy, check_slot
+from .._url import Grade
+from . import (
+    EXIT_BUSY,
+    EXIT_CODES_HELP,
+    EXIT_LOST,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    error,
+    one_line,
+    open_client,
+    require_option,
+    store_option,
+)
+from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt, supervise
+
+
+def policy_option(func: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--policy",
+        type=click.Choice(POLICIES),
+        default="at-least-once",
+        show_default=True,
+        help="A slot whose runner died before recording its end: run it again (at-least-once) "
+        "or mark it failed (at-most-once).",
+    )(func)
+
+
+def run_slot(
+    client: tenure.Client,
+    job: str,
+    slot: str,
+    command: tuple[str, ...],
+    *,
+    ttl: float,
+    grace: float,
+    policy: Policy,
+    wait: bool,
+    timeout: float | None,
+    quiet: bool,
+) -> tuple[int, bool]:
+    """Claim the slot and run ``command`` for it if this server is to: the exit code to report,
+    and whether a signal for tenure stopped the command (then no end is recorded).
+
+    Signals while waiting raise ``Interrupted`` (nothing held); while the command runs they are
+    passed on to it.
+    """
+    with signals_interrupt():
+        run = client.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+    if not run:
+        if not quiet:
+            click.echo(f"tenure: {job} {slot}: {_not_here(run)}", err=True)
+        return (EXIT_BUSY if run.state == "running" else EXIT_OK), False
+    assert run.lease is not None
+    if not quiet:
+        click.echo(
+            f"tenure: {job} {slot}: running here (attempt {run.attempt}, token {run.token})",
+            err=True,
+        )
+    env = {"TENURE_JOB": job, "TENURE_SLOT": slot, "TENURE_ATTEMPT": str(run.attempt)}
+    forwarded: list[int] = []
+    try:
+        code = supervise(run.lease, command, client.url, grace, env, forwarded)
+    except BaseException:
+        run.abandon()
+        raise
+    if code == EXIT_LOST or forwarded:
+        # Lost, or this server is being stopped: no end is recorded, so another server runs
+        # the slot again (at-least-once) or marks it failed (at-most-once).
+        run.abandon()
+        if forwarded and not quiet:
+            click.echo(f"tenure: {job} {slot}: stopped by a signal; end not recorded", err=True)
+        return code, bool(forwarded)
+    try:
+        end = run.complete(code)
+    except tenure.LeaseLost as exc:
+        error(f"{job} {slot}: end not recorded: {exc}")
+        return EXIT_LOST, False
+    except tenure.StaleToken as exc:
+        error(f"{job} {slot}: end refused: the slot was claimed again since ({exc})")
+        return EXIT_LOST, False
+    if not quiet:
+        click.echo(f"tenure: {job} {slot}: {end.state} (exit {code})", err=True)
+    return code, False
+
+
+def _not_here(run: tenure.Run) -> str:
+    slot = run.slot
+    if slot is None:
+        return "running elsewhere"
+    who = f"{slot.server}" + (f" ({slot.label})" if slot.label else "")
+    if run.state == "running":
+        return f"running elsewhere: attempt {slot.attempts} on {who}, token {slot.token}"
+    detail = f"exit {slot.exit_code}" if slot.exit_code is not None else one_line(slot.error or "")
+    return f"already {slot.state} by {who}, token {slot.token} ({detail})"
+
+
+@click.command(
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.argument("name")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--slot",
+    "slot_key",
+    required=True,
+    metavar="KEY",
+    help='Which run of the job this is, the same on every server, e.g. "$(date -u +%F)".',
+)
+@policy_option
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If the slot is running elsewhere, wait: exit 0 when it ends there, or take it over "
+    "if its runner dies (default: exit 75 at once).",
+)
+@click.option("--timeout", type=float, default=None, metavar="S", help="Give up waiting (75).")
+@click.option(
+    "--ttl",
+    type=float,
+    default=DEFAULT_TTL,
+    show_default=True,
+    metavar="S",
+    help="Lease TTL: a dead runner's slot is taken over this long after it died.",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=DEFAULT_GRACE,
+    show_default=True,
+    metavar="S",
+    help="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
+)
+@store_option
+@require_option
+@click.option("--label", default="", help="A label shown by 'tenure history' and 'tenure ls'.")
+@click.option("-q", "--quiet", is_flag=True, help="Say nothing on stderr except errors.")
+def once(
+    name: str,
+    command: tuple[str, ...],
+    slot_key: str,
+    policy: Policy,
+    wait: bool,
+    timeout: float | None,
+    ttl: float,
+    grace: float,
+    store: str | None,
+    require: Grade | None,
+    label: str,
+    quiet: bool,
+) -> int:
+    """Run COMMAND for slot KEY of job NAME, unless another server runs or ran it.
+
+    Exit: the command's code if it ran here; 0 if the slot was already over; 75 if it is
+    running elsewhere (without --wait); 76 if the lease was lost (the end is not recorded).
+    """
+    check_inputs(name, ttl, timeout, grace, label)
+    check_slot(slot_key)
+    check_policy(policy)
+    try:
+        resolve_command(command[0])
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    client = open_client(store, label, require, quiet)
+    try:
+        code, _ = run_slot(
+            client, name, slot_key, command,
+            ttl=ttl, grace=grace, policy=policy, wait=wait, timeout=timeout, quiet=quiet,
+        )  # fmt: skip
+        return code
+    except Interrupted as exc:
+        if not quiet:
+            what = signal.Signals(exc.signum).name
+            click.echo(f"tenure: interrupted by {what}; slot {slot_key!r} not run here", err=True)
+        return EXIT_SIGNAL_BASE + exc.signum
+    finally:
+        client.close()
