@@ -267,6 +267,30 @@ elseif op == 'raise' then  -- name rid token: counter >= token; the grant of rid
   end
   return 1
 
+elseif op == 'rget' then  -- key
+  local h = redis.call('hmget', key('r', ARGV[3]), 'value', 'version')
+  if not h[1] then return false end
+  return {h[1], h[2]}
+
+elseif op == 'rput' then  -- key value version wid: write if at version (0: absent)
+  local k = key('r', ARGV[3])
+  local h = redis.call('hmget', k, 'version', 'wid')
+  if h[1] and h[2] == ARGV[6] then return tonumber(h[1]) end  -- ours, its answer was lost
+  if (ARGV[5] == '0' and h[1]) or (ARGV[5] ~= '0' and h[1] ~= ARGV[5]) then return 0 end
+  local v = (tonumber(h[1]) or 0) + 1
+  redis.call('hset', k, 'value', ARGV[4], 'version', v, 'wid', ARGV[6])
+  redis.call('zadd', P .. ':records', 0, ARGV[3])
+  return v
+
+elseif op == 'rlist' then  -- prefix: key, value, version of each record, in key order
+  local out = {}
+  for _, k in ipairs(redis.call('zrangebylex', P .. ':records', '[' .. ARGV[3],
+                                '(' .. ARGV[3] .. '\255')) do
+    local h = redis.call('hmget', key('r', k), 'value', 'version')
+    if h[1] then out[#out + 1] = k; out[#out + 1] = h[1]; out[#out + 1] = h[2] end
+  end
+  return out
+
 elseif op == 'info' then  -- name
   local name = ARGV[3]
   local h = holder(name)

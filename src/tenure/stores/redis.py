@@ -26,6 +26,10 @@ every call is one atomic round trip, judged by the Redis server's clock (``PX``)
   a watch reads it with ``XREAD BLOCK`` from the last id it saw, so nothing between two reads is
   lost (unless more than ~100 events passed: the stream is trimmed). Expiry by ``PX`` is not an
   event: observers re-read when the holder could have expired.
+- **Records** (``tenure once``): a hash per record (value, version, the id of the write that made
+  it) and one sorted set of record keys for listing by prefix (``ZRANGEBYLEX``). A write compares
+  the version in the script; its write id makes redis-py's one retry after a lost answer find its
+  own write rather than a "changed" record.
 
 Not guaranteed (why it is efficiency-grade): Redis replicates asynchronously and does not
 ``fsync`` each write, so a fail-over to a replica (or a restart without persistence) can lose a
@@ -46,7 +50,18 @@ import anyio
 
 from .._errors import LeaseLost, StoreUnavailable
 from ._redis_scripts import Instance, RedisURL, change_of, ms, owner_json, parse_owner, parse_url
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    LockInfo,
+    Owner,
+    Record,
+    Session,
+    Store,
+    Watch,
+)
 
 NOTES = (
     "efficiency-grade: use for avoiding duplicate work, not for correctness — Redis replicates"
@@ -248,6 +263,24 @@ class RedisStore(Store):
 
     async def watch(self, name: str) -> Watch:
         return RedisWatch(self.instance, name, await self.instance.last_event(name))
+
+    # -- records -------------------------------------------------------------------------
+
+    async def read_record(self, key: str) -> Record | None:
+        row = await self.instance.call("rget", key)
+        return Record(key, str(row[0]), int(row[1])) if row else None
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        # A write id makes the call idempotent: the client's one retry after a lost answer
+        # finds its own write instead of a "changed" record.
+        written = await self.instance.call("rput", key, value, str(version), secrets.token_hex(16))
+        return Record(key, value, int(written)) if int(written) else None
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        flat = await self.instance.call("rlist", prefix)
+        return [
+            Record(str(flat[i]), str(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
+        ]
 
     async def aclose(self) -> None:
         await self.instance.aclose()
