@@ -52,6 +52,10 @@ class RedisServer(ServerProcess):
         return [] if os.access(REDIS_SERVER, os.X_OK) else [str(REDIS_SERVER)]
 
     @property
+    def name(self) -> str:
+        return f"redis:{self.port}"
+
+    @property
     def endpoint(self) -> str:
         return f"{HOST}:{self.port}"
 

@@ -19,7 +19,7 @@ class Member(Protocol):
     def name(self) -> str: ...
 
     def kill(self) -> None: ...
-    def start(self) -> None: ...
+    def start(self) -> object: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...
 
@@ -158,10 +158,6 @@ class RedisControl:
         self._link: ThreadedChaosProxy | None = None
 
     @property
-    def name(self) -> str:
-        return f"redis:{self.primary.port}"
-
-    @property
     def primary(self) -> RedisServer:
         return self.servers[0]
 
@@ -222,26 +218,19 @@ class RedisControl:
         self.link.set_mode("pass")
         old.start()
         self._follow(old)
-        return self.name
+        return new.name
 
     def clock_jump(self, seconds: float) -> None:
         """The primary's wall clock (the one that expires keys) jumps ``seconds`` forward."""
         self.primary.clock_jump(seconds)
 
-    def leader(self) -> RedisControl:
-        return self
+    def leader(self) -> RedisServer:
+        """The primary: killed and started again, it comes back empty (no persistence) and its
+        replica syncs that emptiness, as an unpersisted Redis does."""
+        return self.primary
 
     def majority(self) -> list[Member]:
-        return [self]
-
-    def kill(self) -> None:
-        self.primary.kill()
-
-    def pause(self) -> None:
-        self.primary.pause()
-
-    def resume(self) -> None:
-        self.primary.resume()
+        return [self.primary]
 
     def restart(self) -> None:
         self.primary.stop()
