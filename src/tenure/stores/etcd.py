@@ -38,8 +38,16 @@ Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no 
   ``locks()`` reads the value with the owner. ``watch`` reads the lock's key range once, then
   follows it with etcd watches from the next revision (see ``EtcdWatch``): only the holder (the
   lowest create revision) and its value are reported, never the queue behind it.
+- **Records** (``tenure once``) are plain keys ``<namespace>/records/<key>`` (the key's UTF-8
+  bytes, not encoded, so etcd's byte order is the key order and ``list_records`` is one range
+  read over ``<namespace>/records/<prefix>``), attached to no lease, apart from the
+  ``<namespace>/locks/`` range. The version is the key's mod revision; a write is one txn that
+  compares the create revision with 0 (create) or the mod revision with the version read
+  (replace), committed by Raft before the answer. Unlike the other requests, a write is not
+  sent again once it may have reached etcd: its outcome unknown, it raises ``StoreUnavailable``.
 - **Fail-over**: every member in the URL; a refusing or paused member is skipped; every request
-  of this store is idempotent, so it is sent again to the next member through an election.
+  of this store but a record's write is idempotent, so it is sent again to the next member
+  through an election.
 
 The write guard: ``EtcdStore.guarded_txn(name, token, success, failure)`` runs a caller's own
 etcd txn only while ``token`` still holds ``name`` (a compare on the lock key's create revision,
@@ -69,7 +77,18 @@ import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ._etcd_gateway import JSON, NOT_FOUND, EtcdError, Gateway, b64, prefix_end, unb64
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    LockInfo,
+    Owner,
+    Record,
+    Session,
+    Store,
+    Watch,
+)
 
 DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
@@ -291,6 +310,7 @@ class EtcdStore(Store):
         self.endpoints = endpoints
         self.namespace = namespace
         self._root = namespace.encode() + b"/locks/"
+        self._records = namespace.encode() + b"/records/"
         self._gw = Gateway(endpoints)
         self.wakeups = 0
         """Watches that fired (a predecessor went away): for tests and metrics."""
@@ -659,6 +679,53 @@ class EtcdStore(Store):
         prefix = self._prefix(name)
         answer = await self._call_range(_range(prefix, prefix_end(prefix)))
         return EtcdWatch(self, name, answer.get("kvs", []), int(answer["header"]["revision"]))
+
+    # -- records -------------------------------------------------------------------------
+
+    def _record_of(self, kv: JSON) -> Record:
+        key = unb64(kv["key"])[len(self._records) :].decode()
+        return Record(key, unb64(kv.get("value")).decode(), int(kv["mod_revision"]))
+
+    async def read_record(self, key: str) -> Record | None:
+        answer = await self._call_range(get_op(self._records + key.encode()))
+        kvs = answer.get("kvs") or []
+        return self._record_of(kvs[0]) if kvs else None
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        if version < 0:
+            return None  # never a record's version
+        full = b64(self._records + key.encode())
+        if version == 0:
+            compare = {"key": full, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        else:
+            compare = {
+                "key": full,
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": str(version),
+            }
+        body = {
+            "compare": [compare],
+            "success": [{"request_put": {"key": full, "value": b64(value)}}],
+            "failure": [],
+        }
+        try:
+            # Not sent again once it may have applied: a second try would find its own write and
+            # be refused, telling the caller that someone else wrote.
+            answer = await self._gw.call("kv/txn", body, retry=False)
+        except EtcdError as exc:
+            raise self._error(exc) from None
+        if not answer.get("succeeded"):
+            return None
+        # The txn's revision is its put's: the record's new mod revision.
+        return Record(key, value, int(answer["header"]["revision"]))
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        start = self._records + prefix.encode()
+        # Everything from ``start`` up to its prefix end starts with it: no key beyond.
+        op = _range(start, prefix_end(start), sort_order="ASCEND", sort_target="KEY")
+        answer = await self._call_range(op)
+        return [self._record_of(kv) for kv in answer.get("kvs") or []]
 
     async def aclose(self) -> None:
         await self._gw.aclose()

@@ -31,6 +31,12 @@
   sees and the announcements after it. Expiry is not announced (nobody writes it).
 - A grant carries a random request id, stored with the lock: sent again after a dead
   connection it gets the same answer, and a grant whose answer never came is released by it.
+- Records (``tenure once``) are rows of ``records`` (key, value, version): the key in the "C"
+  collation, so its order is the byte order of its UTF-8 and a prefix listing is one index range.
+  A write is one statement: an ``INSERT … ON CONFLICT`` (create) or an ``UPDATE … WHERE
+  version =`` the version read (replace), which adds 1, committed before the answer. It carries
+  a random request id stored with the row, so sent again after a dead connection it finds its
+  own write instead of being refused by it.
 - psycopg's errors are translated here: ``StoreUnavailable`` (one line, password redacted).
   A broken connection is dropped and reopened by the next call; nothing is ever renewed on the
   client's behalf, so the session keeper's deadline governs.
@@ -53,7 +59,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    LockInfo,
+    Owner,
+    Record,
+    Session,
+    Store,
+    Watch,
+)
 
 try:
     import psycopg
@@ -70,7 +87,9 @@ T = TypeVar("T")
 SCHEMA_VERSION = 3
 """1: tables only, every call a multi-statement transaction. 2: adds ``locks.request`` and the
 server-side functions below. 3: leader election: ``locks.value``, ``watchers``, and changes
-announced by NOTIFY. Older schemas are migrated in place (see ``_ensure_schema``)."""
+announced by NOTIFY; later, within version 3, the ``records`` table (added on connecting if
+missing: a table that older clients never touch). Older schemas are migrated in place (see
+``_ensure_schema``)."""
 DEFAULT_SCHEMA = "tenure"
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection, unless the URL sets ``connect_timeout``."""
@@ -363,6 +382,13 @@ BEGIN
 END $$;
 """
 
+RECORDS = """
+CREATE TABLE IF NOT EXISTS {s}.records (
+    key text COLLATE "C" PRIMARY KEY, value text NOT NULL, version bigint NOT NULL,
+    request bigint);
+"""
+# records.request: the request id of the write that set the version (see write_record).
+
 SCHEMA = (
     """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -386,6 +412,7 @@ CREATE TABLE IF NOT EXISTS {s}.watchers (
     name text NOT NULL, listener integer NOT NULL, channel text NOT NULL,
     PRIMARY KEY (name, listener));
 """
+    + RECORDS
     + FUNCTIONS
     + """
 INSERT INTO {s}.meta (key, value) VALUES ('schema', '3')
@@ -396,6 +423,11 @@ INSERT INTO {s}.meta (key, value) VALUES ('schema', '3')
 QUERIES = {
     "version": "SELECT value FROM {s}.meta WHERE key = 'schema'",
     "has_meta": "SELECT to_regclass(%(meta)s) IS NOT NULL",
+    "has_records": (
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables"
+        " WHERE schemaname = %(schema)s AND tablename = 'records')"
+    ),
+    "records": RECORDS,
     # Forget expired sessions (counters stay), and open ours.
     "open": (
         "WITH dead AS (DELETE FROM {s}.sessions WHERE expires <= clock_timestamp() RETURNING id),"
@@ -435,6 +467,28 @@ QUERIES = {
         " WHERE name = %(name)s AND listener = ANY(%(listeners)s::integer[])"
     ),
     "close": "SELECT {s}.close_session(%(id)s::bigint)",
+    "read_record": "SELECT value, version FROM {s}.records WHERE key = %(key)s",
+    # Create; a row left by this very request (sent again after a dead connection) is written
+    # again as it is and answered again; any other row refuses it.
+    "create_record": (
+        "INSERT INTO {s}.records AS r (key, value, version, request)"
+        " VALUES (%(key)s, %(value)s, 1, %(request)s)"
+        " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        " WHERE r.version = 1 AND r.request = excluded.request"
+        " RETURNING r.version"
+    ),
+    # Replace at the version read; or answer again a replacement made by this very request.
+    "replace_record": (
+        "UPDATE {s}.records SET value = %(value)s, version = %(version)s::bigint + 1,"
+        " request = %(request)s"
+        " WHERE key = %(key)s AND (version = %(version)s::bigint"
+        " OR (version = %(version)s::bigint + 1 AND request = %(request)s))"
+        " RETURNING version"
+    ),
+    "list_records": (
+        "SELECT key, value, version FROM {s}.records WHERE starts_with(key, %(prefix)s)"
+        ' ORDER BY key COLLATE "C"'
+    ),
     "locks": (
         "SELECT l.name, l.token, s.host, s.pid, s.label,"
         " extract(epoch FROM s.expires - clock_timestamp())::float8,"
@@ -642,7 +696,8 @@ class PostgresStore(Store):
         is refused by its own version check. Version 2 -> 3 adds a nullable column, a table and
         functions, and replaces the bodies of the others, keeping their signatures: a version-2
         client still connected keeps working (its changes are announced too); one connecting
-        afterwards is refused.
+        afterwards is refused. The ``records`` table came later within version 3 (a table that
+        no older client touches, so the version stays): it is created here if it is missing.
         """
         try:
             version = await self._version(conn)
@@ -662,6 +717,11 @@ class PostgresStore(Store):
                 f"PostgreSQL store {self._shown}: schema {self.schema!r} has version {version},"
                 f" this tenure knows version {SCHEMA_VERSION}"
             )
+        has_records = await self._one(conn, self._q["has_records"], {"schema": self.schema})
+        if not (has_records and has_records[0]):
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+                await conn.execute(self._q["records"])
 
     async def _version(self, conn: AsyncConnection[Any]) -> int:
         row = await (await conn.execute(self._q["version"])).fetchone()
@@ -1015,6 +1075,29 @@ class PostgresStore(Store):
                     row[0], int(row[1]), Owner(row[2], row[3], row[4]), row[5], int(row[6]), row[7]
                 )
                 for row in await cur.fetchall()
+            ]
+
+        return await self._run(tx)
+
+    # -- records -------------------------------------------------------------------------
+
+    async def read_record(self, key: str) -> Record | None:
+        row = await self._run(partial(self._fetch, "read_record", {"key": key}))
+        return None if row is None else Record(key, row[0], int(row[1]))
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        if not 0 <= version < 2**63 - 1:
+            return None  # never a record's version
+        params = {"key": key, "value": value, "version": version, "request": secrets.randbits(63)}
+        query = "create_record" if version == 0 else "replace_record"
+        row = await self._run(partial(self._fetch, query, params))
+        return None if row is None else Record(key, value, int(row[0]))
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        async def tx(conn: AsyncConnection[Any]) -> list[Record]:
+            cur = await conn.execute(self._q["list_records"], {"prefix": prefix})
+            return [
+                Record(key, value, int(version)) for key, value, version in await cur.fetchall()
             ]
 
         return await self._run(tx)

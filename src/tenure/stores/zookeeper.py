@@ -42,6 +42,16 @@ async core on its own loop thread) work unchanged.
   it: a grant whose node already carries a value (data version > 0) is still reported as the
   grant (value None) then the value, but two values set within one round trip, or a whole term
   granted and released within one, may be missed. Events never come out of order.
+- **Records** (``tenure once``) are persistent nodes ``<chroot>/records/<percent-encoded key>``
+  (one level: the key keeps no ``/``), beside ``<chroot>/locks``; the node's data is the value,
+  and the record's version is the node's data version + 1 (ZooKeeper's count from 0). A create
+  is a ``create`` (refused if the node exists), a replacement a ``set`` at the data version read
+  (refused otherwise): each atomic on the server and committed by the quorum before the answer.
+  They go over the shared reader connection and are sent once: a write whose answer was lost
+  raises ``StoreUnavailable`` (sent again, it would be refused by its own write). Reads follow
+  a ``sync`` (pipelined: no extra round trip), so they see every write committed before them;
+  ``list_records`` lists the children, keeps the keys under the prefix and sorts them by their
+  UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -66,7 +76,18 @@ import anyio
 import sniffio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    LockInfo,
+    Owner,
+    Record,
+    Session,
+    Store,
+    Watch,
+)
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -321,6 +342,7 @@ class ZooKeeperStore(Store):
         self.hosts = hosts
         self.chroot = chroot
         self._root = f"{chroot}/locks"
+        self._records = f"{chroot}/records"
         self._reader: KazooClient | None = None
         self._reader_lock = threading.Lock()
         self._reader_starting = anyio.Lock()
@@ -812,6 +834,82 @@ class ZooKeeperStore(Store):
             await watch.aclose()
             raise self._unavailable("could not read the lock to watch") from None
         return watch
+
+    # -- records -------------------------------------------------------------------------
+
+    async def _synced_read(self, read: Callable[[KazooClient], IAsyncResult]) -> Any:
+        """``read`` on the shared connection right after a ``sync``: one session's requests are
+        served in order, so the server catches up with the leader before answering it."""
+
+        def request(client: KazooClient) -> IAsyncResult:
+            client.sync_async(self._records)  # its answer is not awaited: the read's comes after
+            return read(client)
+
+        return await self._read(request)
+
+    async def read_record(self, key: str) -> Record | None:
+        k = _kazoo()
+        path = f"{self._records}/{_encode(key)}"
+        try:
+            data, stat = await self._synced_read(lambda c: c.get_async(path))
+        except k.exceptions.NoNodeError:
+            return None
+        except k.exceptions.KazooException as exc:
+            raise self._unavailable(f"reading record {key!r}: {type(exc).__name__}") from None
+        return Record(key, bytes(data or b"").decode(errors="replace"), int(stat.version) + 1)
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        k = _kazoo()
+        if not 0 <= version <= 2**31:
+            return None  # never a record's version (ZooKeeper's are 32-bit)
+        path = f"{self._records}/{_encode(key)}"
+        data = value.encode()
+        client = await self._connected_reader()
+        try:
+            with anyio.fail_after(2.0):
+                if version == 0:
+                    await _result(client.create_async(path, data, makepath=True))
+                    return Record(key, value, 1)
+                stat = await _result(client.set_async(path, data, version - 1))
+                return Record(key, value, int(stat.version) + 1)
+        except (k.exceptions.NodeExistsError, k.exceptions.BadVersionError):
+            return None  # someone wrote since (or created it first)
+        except k.exceptions.NoNodeError:
+            return None  # a version of a record that does not exist
+        except TimeoutError:
+            raise self._unavailable("no answer to a record's write (it may apply)") from None
+        except k.exceptions.KazooException as exc:
+            raise self._unavailable(
+                f"writing record {key!r}: {type(exc).__name__} (it may have applied)"
+            ) from None
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        k = _kazoo()
+        try:
+            children = await self._synced_read(lambda c: c.get_children_async(self._records))
+        except k.exceptions.NoNodeError:
+            return []
+        except k.exceptions.KazooException as exc:
+            raise self._unavailable(f"listing records: {type(exc).__name__}") from None
+        named = sorted(
+            (key.encode(), key, child)
+            for key, child in ((unquote(child), child) for child in children)
+            if key.startswith(prefix)
+        )
+        client = await self._connected_reader()
+        # All reads sent at once (after the listing's sync): one round trip whatever the count.
+        reads = [client.get_async(f"{self._records}/{child}") for _, _, child in named]
+        found = []
+        for (_, key, _), pending in zip(named, reads, strict=True):
+            try:
+                data, stat = await self._answer(pending)
+            except k.exceptions.NoNodeError:
+                continue
+            except k.exceptions.KazooException as exc:
+                raise self._unavailable(f"reading record {key!r}: {type(exc).__name__}") from None
+            value = bytes(data or b"").decode(errors="replace")
+            found.append(Record(key, value, int(stat.version) + 1))
+        return found
 
     async def aclose(self) -> None:
         for watch in list(self._watches):
