@@ -20,6 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -195,6 +196,28 @@ async def cycle_loop_async(
         if t2 >= end:
             break
     return cycle_result(total, acq, clock() - start, time.process_time() - cpu0)
+
+
+class Refresher:
+    """What a user of a lease-per-lock library must do to hold longer than the TTL: refresh
+    the lease every ttl/3 from a thread."""
+
+    def __init__(self, refresh: Callable[[], object], ttl: float) -> None:
+        self._refresh = refresh
+        self._ttl = ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._ttl / 3):
+            with contextlib.suppress(Exception):
+                self._refresh()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 # -- the parent side -------------------------------------------------------------------------------

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark tenure's etcd and PostgreSQL stores against their floors and the locks users pick.
+"""Benchmark tenure's etcd, PostgreSQL, ZooKeeper and Redis stores against their floors and the
+locks users pick.
 
-Run from the repository root (needs /usr/bin/etcd and PostgreSQL in /usr/local/bin, the launchers
-of ``tenure.testing``, and the ``bench`` extra for the comparison libraries):
+Run from the repository root (needs /usr/bin/etcd, PostgreSQL in /usr/local/bin, Debian's
+zookeeper and redis-server packages, the launchers of ``tenure.testing``, and the ``bench`` extra
+for the comparison libraries):
 
-    .venv/bin/python benchmarks/bench_stores.py                  # full run, ~4.5 minutes
-    .venv/bin/python benchmarks/bench_stores.py --quick          # smoke run, ~70 s
-    .venv/bin/python benchmarks/bench_stores.py --only etcd --json out.json
+    .venv/bin/python benchmarks/bench_stores.py                  # all four stores, ~10 minutes
+    .venv/bin/python benchmarks/bench_stores.py --quick          # smoke run, ~3 minutes
+    .venv/bin/python benchmarks/bench_stores.py --only redis --json out.json
 
-Per store (a real 3-member etcd cluster, a real PostgreSQL server, both on 127.0.0.1), three parts,
-every variant side by side (see benchmarks/README.md for what every row means):
+Per store (a real 3-member etcd cluster, one PostgreSQL server, a real 3-server ZooKeeper
+ensemble, one redis-server, all on 127.0.0.1), three parts, every variant side by side (see
+benchmarks/README.md for what every row means):
 
 1. uncontended acquire+release cycle in one process, against the floor: the bare round trips the
    protocol needs, on the same client library;
@@ -19,7 +22,8 @@ every variant side by side (see benchmarks/README.md for what every row means):
 
 A comparison library that is not installed, or fails to import, gets a row saying so. Every
 measured process is a fresh subprocess of this script (``--worker KIND``), with PR_SET_PDEATHSIG,
-stopped in ``finally`` blocks; the servers are stopped in ``finally`` blocks too.
+stopped in ``finally`` blocks; the servers are stopped in ``finally`` blocks too. The ZooKeeper
+and Redis variants live in ``_zk_redis.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +49,7 @@ from typing import Any, Protocol
 from _common import (
     BenchError,
     Child,
+    Refresher,
     analyse_contention,
     children,
     contend_loop,
@@ -66,10 +70,19 @@ LOCK_NAME = "bench"
 CYCLE_TTL = 30.0
 FAILOVER_TTL = 2.0
 POLL_S = 0.05  # the retry interval of the user's loop around etcd3gw's non-blocking Lock
+DISTS = (
+    *("httpx", "psycopg", "aetcd", "etcd3gw", "tooz", "psycopg2-binary", "etcd3", "kazoo"),
+    *("redis", "sherlock", "python-redis-lock", "pottery"),
+)
 PURE_PROTOBUF = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}
 
-STORES = ("etcd", "postgres")
-FLOOR = {"etcd": "etcd-floor", "postgres": "pg-floor"}
+STORES = ("etcd", "postgres", "zookeeper", "redis")
+FLOOR = {
+    "etcd": "etcd-floor",
+    "postgres": "pg-floor",
+    "zookeeper": "zk-floor",
+    "redis": "redis-floor",
+}
 CYCLE_VARIANTS = {
     "etcd": [
         "tenure-async",
@@ -81,22 +94,46 @@ CYCLE_VARIANTS = {
         "python-etcd3",
     ],
     "postgres": ["tenure-async", "tenure-sync", "pg-floor", "tooz-postgresql"],
+    "zookeeper": ["tenure-async", "tenure-sync", "zk-floor", "kazoo-lock", "tooz-zookeeper"],
+    "redis": [
+        "tenure-async",
+        "tenure-sync",
+        "redis-floor",
+        "redis-floor-sync",
+        "redis-py-lock",
+        "sherlock",
+        "python-redis-lock",
+        "pottery",
+        "tooz-redis",
+    ],
 }
+REDIS_PEERS = ["redis-py-lock", "sherlock", "python-redis-lock", "pottery", "tooz-redis"]
 CONTEND_VARIANTS = {
     "etcd": ["tenure-sync", "tenure-async", "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
     "postgres": ["tenure-sync", "tenure-async", "tooz-postgresql"],
+    "zookeeper": ["tenure-sync", "tenure-async", "kazoo-lock", "tooz-zookeeper"],
+    "redis": ["tenure-sync", "tenure-async", *REDIS_PEERS],
 }
 FAILOVER_VARIANTS = {
     "etcd": ["tenure-sync", "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
     "postgres": ["tenure-sync", "tooz-postgresql"],
+    "zookeeper": ["tenure-sync", "kazoo-lock", "tooz-zookeeper"],
+    "redis": ["tenure-sync", *REDIS_PEERS],
 }
-ASYNC_VARIANTS = {"tenure-async", "aetcd", "etcd-floor", "pg-floor"}
+ASYNC_VARIANTS = {"tenure-async", "aetcd", "etcd-floor", "pg-floor", "redis-floor"}
 PEER_MODULES = {
     "aetcd": "aetcd",
     "etcd3gw": "etcd3gw",
     "tooz-etcd3gw": "tooz.drivers.etcd3gw",
     "tooz-postgresql": "tooz.drivers.pgsql",
     "python-etcd3": "etcd3",
+    "kazoo-lock": "kazoo.recipe.lock",
+    "tooz-zookeeper": "tooz.drivers.zookeeper",
+    "redis-py-lock": "redis.lock",
+    "sherlock": "sherlock",
+    "python-redis-lock": "redis_lock",
+    "pottery": "pottery",
+    "tooz-redis": "tooz.drivers.redis",
 }
 
 DESCRIBE = {
@@ -121,10 +158,29 @@ DESCRIBE = {
     "pg_advisory_lock(2 bytes of md5(name)) on a new connection; release() unlocks, closes it",
     "python-etcd3": "etcd3.client (gRPC); lock = client.lock(name, ttl=30); "
     "lock.acquire(timeout=5) in a loop; lock.release()  [a new lease per attempt]",
+    "zk-floor": "kazoo (sync), one session: create(parent/n-, ephemeral, sequence); delete(node)",
+    "kazoo-lock": "kazoo Lock(path, id) recipe: acquire() (create + get_children + a watch on "
+    "the predecessor when waiting); release() (delete)",
+    "tooz-zookeeper": "tooz coordinator 'zookeeper://..?timeout=30': get_lock(name) = kazoo's "
+    "Lock; acquire(blocking=True); release()",
+    "redis-floor": "redis.asyncio (tenure's client stack): SET key token NX PX 30000; "
+    "compare-delete script by EVALSHA",
+    "redis-floor-sync": "redis-py (sync): the same two commands",
+    "redis-py-lock": "redis-py Lock(name, timeout=30): acquire() polls SET NX PX every 0.1 s "
+    "(default sleep); release() compare-delete by EVALSHA",
+    "sherlock": "sherlock RedisLock(name, expire=30): acquire() polls a SETNX+EXPIRE script "
+    "every 0.1 s, gives up after 10 s (counted as a timeout; the loop asks again); release()",
+    "python-redis-lock": "redis_lock.Lock(conn, name, expire=30): SET NX EX, else BLPOP on a "
+    "signal list the releaser pushes to; client with socket_timeout=None (see notes)",
+    "pottery": "pottery Redlock(key, masters={one server}, auto_release_time=30): acquire() "
+    "retries after a random 0-0.2 s; release()",
+    "tooz-redis": "tooz coordinator 'redis://..?lock_timeout=30': redis-py's Lock underneath "
+    "(polls every 0.1 s)",
 }
 
-TARGET_RATIO = {"etcd": 1.3, "postgres": 1.5}
+TARGET_RATIO = {"etcd": 1.3, "postgres": 1.5, "zookeeper": 1.3, "redis": 1.15}
 TARGET_JAIN = 0.99
+WARM_UP_S = {"zookeeper": 5.0}  # unrecorded floor cycles first: the JVM's JIT warms up
 
 
 # -- lock variants used by the workers ------------------------------------------------------------
@@ -152,28 +208,6 @@ class AsyncLock(Protocol):
 def first_endpoint(cfg: dict[str, Any]) -> tuple[str, int]:
     host, _, port = str(cfg["endpoints"][0]).rpartition(":")
     return host, int(port)
-
-
-class Refresher:
-    """What a user of a lease-per-lock library must do to hold longer than the TTL: refresh
-    the lease every ttl/3 from a thread."""
-
-    def __init__(self, refresh: Callable[[], object], ttl: float) -> None:
-        self._refresh = refresh
-        self._ttl = ttl
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._ttl / 3):
-            with contextlib.suppress(Exception):
-                self._refresh()
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 class TenureSync:
@@ -235,6 +269,10 @@ class ToozLock:
         ttl = int(cfg["ttl"])
         if driver == "etcd3gw":
             url = f"etcd3+http://{cfg['endpoints'][0]}?lock_timeout={ttl}"
+        elif driver in ("zookeeper", "redis"):
+            from _zk_redis import tooz_url
+
+            url = tooz_url(cfg, driver)
         else:
             url = cfg["dsn"]
         self._coord = coordination.get_coordinator(url, uuid.uuid4().hex.encode())
@@ -296,6 +334,12 @@ def make_sync_lock(variant: str, cfg: dict[str, Any]) -> SyncLock:
         return ToozLock(cfg, "postgresql")
     if variant == "python-etcd3":
         return Etcd3Lock(cfg)
+    if variant in ("tooz-zookeeper", "tooz-redis"):
+        return ToozLock(cfg, variant.removeprefix("tooz-"))
+    from _zk_redis import SYNC
+
+    if variant in SYNC:
+        return SYNC[variant](cfg)
     raise BenchError(f"no sync lock variant {variant!r}")
 
 
@@ -493,6 +537,10 @@ def make_async_lock(variant: str, cfg: dict[str, Any]) -> AsyncLock:
         return EtcdFloor(cfg)
     if variant == "pg-floor":
         return PgFloor(cfg)
+    if variant == "redis-floor":
+        from _zk_redis import RedisFloor
+
+        return RedisFloor(cfg)
     raise BenchError(f"no async lock variant {variant!r}")
 
 
@@ -659,9 +707,11 @@ class Peer:
     note: str = ""
 
 
-def probe_peers(root: Path) -> dict[str, Peer]:
-    """Import each comparison library in a fresh subprocess of its own (never in this process,
-    and never two in one: aetcd and python-etcd3 register the same .proto files)."""
+def probe_peers(root: Path, stores: Sequence[str]) -> dict[str, Peer]:
+    """Import each comparison library of ``stores`` in a fresh subprocess of its own (never in
+    this process, and never two in one: aetcd and python-etcd3 register the same .proto files)."""
+    wanted = {v for store in stores for v in CYCLE_VARIANTS[store] + CONTEND_VARIANTS[store]}
+    modules = {v: m for v, m in PEER_MODULES.items() if v in wanted}
 
     def probe(module: str, env: dict[str, str] | None = None) -> str:
         with children() as kids:
@@ -669,10 +719,10 @@ def probe_peers(root: Path) -> dict[str, Peer]:
             kids.append(child("probe", {"modules": [module]}, log, env))
             return str(kids[0].result(timeout=120)[module])
 
-    with ThreadPoolExecutor(len(PEER_MODULES)) as pool:
-        found = dict(zip(PEER_MODULES, pool.map(probe, PEER_MODULES.values()), strict=True))
+    with ThreadPoolExecutor(len(modules)) as pool:
+        found = dict(zip(modules, pool.map(probe, modules.values()), strict=True))
     peers = {variant: Peer(status) for variant, status in found.items()}
-    etcd3 = peers["python-etcd3"]
+    etcd3 = peers.get("python-etcd3", Peer("ok"))
     # protobuf's own advice for old generated code: the pure-Python implementation.
     if etcd3.status.startswith("fails to import") and probe("etcd3", PURE_PROTOBUF) == "ok":
         peers["python-etcd3"] = Peer(
@@ -706,6 +756,25 @@ class Server:
                 self.endpoints = [m.endpoint for m in ordered]
                 self.pgids = [m.proc.pid for m in cluster.members if m.proc is not None]
                 self.describe = f"3-member etcd cluster {', '.join(self.endpoints)} (leader first)"
+            elif store == "zookeeper":
+                from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+
+                ensemble = self._stack.enter_context(ZooKeeperEnsemble(servers=3))
+                # Every client connects to the leader only (no forwarding hop for anyone).
+                self.endpoints = [ensemble.leader().endpoint]
+                self.pgids = [s.proc.pid for s in ensemble.servers if s.proc is not None]
+                self.describe = (
+                    f"3-server ZooKeeper ensemble {', '.join(ensemble.endpoints)}; every client "
+                    f"connects to the leader {self.endpoints[0]}"
+                )
+            elif store == "redis":
+                from tenure.testing.redis_server import RedisServer
+
+                redis = self._stack.enter_context(RedisServer())
+                self.endpoints = [redis.endpoint]
+                assert redis.proc is not None
+                self.pgids = [redis.proc.pid]
+                self.describe = f"one redis-server at {redis.endpoint} (no persistence)"
             else:
                 from tenure.testing.postgres_server import PostgresServer
 
@@ -722,13 +791,20 @@ class Server:
         self._stack.close()
 
     def config(self, variant: str, **extra: Any) -> dict[str, Any]:
-        """A worker's configuration, with a fresh namespace (etcd) or schema (PostgreSQL)."""
+        """A worker's configuration, with a fresh namespace (etcd), schema (PostgreSQL), chroot
+        (ZooKeeper) or key prefix (Redis)."""
         self._made += 1
         ns = f"b{self._made:03d}_{variant.replace('-', '_')}"
         cfg: dict[str, Any] = {"variant": variant, "store": self.store, "ns": ns, **extra}
         if self.store == "etcd":
             cfg["endpoints"] = self.endpoints
             cfg["url"] = f"etcd://{','.join(self.endpoints)}/{ns}"
+        elif self.store == "zookeeper":
+            cfg["zk"] = self.endpoints[0]
+            cfg["url"] = f"zookeeper://{cfg['zk']}/{ns}"
+        elif self.store == "redis":
+            cfg["host"], _, cfg["port"] = self.endpoints[0].rpartition(":")
+            cfg["url"] = f"redis://{self.endpoints[0]}/0?prefix={ns}"
         else:
             cfg["dsn"] = self.dsn
             cfg["url"] = f"{self.dsn}?schema={ns}"
@@ -776,6 +852,21 @@ class Bench:
     def env(self, variant: str) -> dict[str, str] | None:
         peer = self.peers.get(variant)
         return peer.env if peer is not None and peer.env else None
+
+    def warm_up(self) -> None:
+        """A JVM store (ZooKeeper) runs slowly until its JIT has compiled the hot paths: run the
+        floor, unrecorded, before anything is measured, so no variant pays for the warm-up."""
+        seconds = WARM_UP_S.get(self.server.store, 0.0)
+        if not seconds:
+            return
+        floor = FLOOR[self.server.store]
+        config = self.server.config(
+            floor, ttl=CYCLE_TTL, warmup=0, max_cycles=self.s.max_cycles, seconds=seconds
+        )
+        with children() as kids:
+            kids.append(child("cycle", config, self.log("warm-up") / "worker.log"))
+            kids[0].result(timeout=seconds + 90)
+        progress(f"{self.server.store}: server warmed up ({seconds:g} s of {floor})")
 
     # part 1 ------------------------------------------------------------------------------------
 
@@ -915,7 +1006,7 @@ def report_cycles(
     missing = skipped(CYCLE_VARIANTS[store], peers)
     if missing:
         text += "\n" + missing
-    legend = "\n".join(f"  {v:<15} {DESCRIBE[v]}" for v in CYCLE_VARIANTS[store])
+    legend = "\n".join(f"  {v:<17} {DESCRIBE[v]}" for v in CYCLE_VARIANTS[store])
     notes = "".join(f"\n  note: {p.note}" for v, p in peers.items() if p.note and v in rounds)
     return text + "\n\nwhat each row does per cycle:\n" + legend + notes, ratios
 
@@ -968,7 +1059,7 @@ def report_contention(store: str, results: list[dict[str, Any]], s: Settings) ->
         rows,
     )
     counts = "\n".join(
-        f"  {r['variant']:<15} {' '.join(str(c) for c in r['counts'])}"
+        f"  {r['variant']:<17} {' '.join(str(c) for c in r['counts'])}"
         f"   (min {min(r['counts'])}, max {max(r['counts'])})"
         for r in results
     )
@@ -988,6 +1079,14 @@ def report_contention(store: str, results: list[dict[str, Any]], s: Settings) ->
             f"{best_peer_p50 * 1e3:.2f} ms (the peer's is {best_peer_p50 / mine:.2f}x tenure's): "
             f"{verdict(ok)} (ok = at most half the best peer's)"
         )
+    best = max(peers, key=lambda r: float(r["per_s"]), default=None)
+    for r in results:
+        if best is not None and r["variant"].startswith("tenure"):
+            lines.append(
+                f"acquisitions/s: {r['variant']} {r['per_s']:,.0f} vs the best peer "
+                f"{best['variant']} {best['per_s']:,.0f} ({r['per_s'] / best['per_s']:.2f}x): "
+                f"{verdict(r['per_s'] > best['per_s'])} (ok = more than every peer)"
+            )
     lines.append(f"per-process acquisition counts:\n{counts}")
     return "\n".join(lines)
 
@@ -1034,7 +1133,7 @@ def last_line(exc: BaseException) -> str:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smoke run, about 90 s")
+    p.add_argument("--quick", action="store_true", help="smoke run, about 3 minutes")
     p.add_argument("--only", choices=STORES, help="one store only")
     p.add_argument("--json", type=Path, metavar="PATH", help="also save raw numbers as JSON")
     p.add_argument("--rounds", type=int, help="rounds of part 1 (default 3, quick 1)")
@@ -1054,6 +1153,7 @@ def bench_store(store: str, settings: Settings, peers: dict[str, Peer], skip: li
     try:
         print(f"\n######## {store}: {server.describe}")
         bench = Bench(settings, server, peers)
+        bench.warm_up()
         if "cycles" not in skip:
             rounds = settings.rounds
             print(
@@ -1134,9 +1234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stores = [args.only] if args.only else list(STORES)
     out: dict[str, Any] = {}
     try:
-        peers = probe_peers(root)
+        peers = probe_peers(root, stores)
         versions = {}
-        for dist in ("httpx", "psycopg", "aetcd", "etcd3gw", "tooz", "psycopg2-binary", "etcd3"):
+        for dist in DISTS:
             with contextlib.suppress(Exception):
                 from importlib.metadata import version
 
