@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tenure.testing.certs import TLSFiles, make_tls_files
 from tenure.testing.postgres_server import PG_BIN, PostgresServer
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
@@ -35,3 +36,9 @@ def postgres() -> Iterator[PostgresServer]:
 def sqlite_store_url(tmp_path: Path) -> str:
     """A fresh embedded store for one test."""
     return f"sqlite:///{tmp_path}/store.db"
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    """A CA, a loopback server certificate, a client certificate and a wrong CA, made once."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))

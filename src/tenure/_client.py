@@ -43,6 +43,7 @@ from ._once import (
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._url import Grade, open_store
+from .stores._connect import ConnectOptions
 from .stores._spi import Capabilities, LockInfo, Owner, Store
 
 T = TypeVar("T")
@@ -249,14 +250,22 @@ async def connect_async(
     label: str = "",
     clock: Clock = REAL_CLOCK,
     require: Grade | None = None,
+    tls: bool | None = None,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
 ) -> AsyncIterator[AsyncClient]:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
     ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
-    ``client.capabilities`` says what the store promises.
+    ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
+    ``username`` and ``password`` override the URL's (docs/production.md).
     """
     _check_options(drift, margin, label)  # before the store is opened (or created)
-    store = open_store(url, require)
+    options = ConnectOptions(tls, ca, cert, key, username, password)
+    store = open_store(url, require, options)
     async with AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock) as client:
         yield client
 
@@ -574,12 +583,20 @@ def connect(
     label: str = "",
     clock: Clock = REAL_CLOCK,
     require: Grade | None = None,
+    tls: bool | None = None,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
 ) -> Client:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
     ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
-    ``client.capabilities`` says what the store promises.
+    ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
+    ``username`` and ``password`` override the URL's (docs/production.md).
     """
     _check_options(drift, margin, label)  # before the store is opened (or created)
-    store = open_store(url, require)
+    options = ConnectOptions(tls, ca, cert, key, username, password)
+    store = open_store(url, require, options)
     return Client(lambda: AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock))

@@ -8,6 +8,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from ._errors import InvalidArgument
+from .stores._connect import NO_OPTIONS, ConnectOptions
 from .stores._spi import Store
 
 ENV_STORE = "TENURE_STORE"
@@ -62,8 +63,11 @@ def check_grade(store: type[Store], require: Grade | None) -> None:
         )
 
 
-def open_store(url: str | None, require: Grade | None = None) -> Store:
+def open_store(
+    url: str | None, require: Grade | None = None, options: ConnectOptions = NO_OPTIONS
+) -> Store:
+    """The store a URL names; ``options`` (TLS, credentials) override what the URL says."""
     url = resolve_url(url)
     store = store_class(url)
     check_grade(store, require)  # before anything is opened or created
-    return store.from_url(url)
+    return store.from_url(url, options)

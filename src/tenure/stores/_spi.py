@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from ._connect import NO_OPTIONS, ConnectOptions
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -137,8 +139,10 @@ class Store(ABC):
 
     @classmethod
     @abstractmethod
-    def from_url(cls, url: str) -> Store:
-        """Parse the store's URL (``InvalidArgument`` if malformed) and make the store."""
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> Store:
+        """Parse the store's URL (``InvalidArgument`` if malformed) and make the store;
+        ``options`` (keyword arguments of ``tenure.connect``) override the URL's TLS and
+        credentials (see ``tenure.stores._connect``)."""
 
     @property
     @abstractmethod

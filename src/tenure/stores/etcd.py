@@ -76,6 +76,7 @@ from urllib.parse import quote, unquote, urlsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions
 from ._etcd_gateway import JSON, NOT_FOUND, EtcdError, Gateway, b64, prefix_end, unb64
 from ._spi import (
     Busy,
@@ -318,7 +319,7 @@ class EtcdStore(Store):
         """Holders' leases seen: lease ID → (TTL left, monotonic time read, granted TTL)."""
 
     @classmethod
-    def from_url(cls, url: str) -> EtcdStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> EtcdStore:
         def bad(why: str) -> InvalidArgument:
             return InvalidArgument(
                 f"bad etcd store URL {url!r}: {why} (use etcd://host:port[,host:port…][/namespace])"

@@ -59,6 +59,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions, redact
 from ._spi import (
     Busy,
     Capabilities,
@@ -557,19 +558,6 @@ class PostgresWatch(Watch):
         await self.store._unwatch(self)
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (in the user info and in the query)."""
-    parts = urlsplit(url)
-    if parts.password is None and "password=" not in parts.query:
-        return url  # nothing to hide: keep the URL exactly as given
-    netloc = re.sub(r"^([^@/]*?):[^@/]*@", r"\1:***@", parts.netloc)
-    query = "&".join(
-        f"{key}=***" if key == "password" else f"{key}={value}"
-        for key, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 class PostgresStore(Store):
     scheme: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -615,7 +603,7 @@ class PostgresStore(Store):
         """Notifications received (a release wakes one waiter: one notification)."""
 
     @classmethod
-    def from_url(cls, url: str) -> PostgresStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> PostgresStore:
         """``postgresql://[user[:password]@]host[:port][/db][?schema=NAME&libpq params]``."""
         if psycopg is None:
             raise InvalidArgument(

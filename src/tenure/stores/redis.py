@@ -49,6 +49,7 @@ from typing import ClassVar
 import anyio
 
 from .._errors import LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions
 from ._redis_scripts import Instance, RedisURL, change_of, ms, owner_json, parse_owner, parse_url
 from ._spi import (
     Busy,
@@ -152,7 +153,7 @@ class RedisStore(Store):
         self.instance = Instance(url, host, port)
 
     @classmethod
-    def from_url(cls, url: str) -> RedisStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> RedisStore:
         return cls(parse_url(url, ("redis", "rediss"), many=False, usage=cls.USAGE))
 
     @property

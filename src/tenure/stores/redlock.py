@@ -49,6 +49,7 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 
 from .._errors import LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions
 from ._redis_scripts import (
     CALL_TIMEOUT,
     Instance,
@@ -211,7 +212,7 @@ class RedlockStore(Store):
         """Per name, the highest token this store has seen: the floor of its next grant."""
 
     @classmethod
-    def from_url(cls, url: str) -> RedlockStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> RedlockStore:
         return cls(parse_url(url, ("redlock",), many=True, usage=cls.USAGE))
 
     @property

@@ -37,6 +37,7 @@ import platformdirs
 
 from .._clock import REAL_CLOCK
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions
 from ._spi import (
     Busy,
     Capabilities,
@@ -177,8 +178,10 @@ class SQLiteStore(Store):
         self._db = self._open()
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> SQLiteStore:
         """``sqlite://`` (the default file), ``sqlite:///relative.db``, ``sqlite:////abs.db``."""
+        if options:
+            raise InvalidArgument("the sqlite store is a local file: it takes no TLS or password")
         parts = urlsplit(url)
         if parts.netloc or parts.query or parts.fragment:
             raise InvalidArgument(

@@ -76,6 +76,7 @@ import anyio
 import sniffio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ._connect import NO_OPTIONS, ConnectOptions
 from ._spi import (
     Busy,
     Capabilities,
@@ -354,7 +355,7 @@ class ZooKeeperStore(Store):
         """Predecessor watches that fired: for tests and metrics."""
 
     @classmethod
-    def from_url(cls, url: str) -> ZooKeeperStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> ZooKeeperStore:
         def bad(why: str) -> InvalidArgument:
             return InvalidArgument(
                 f"bad zookeeper store URL: {why} (use zookeeper://host:port[,host:port…][/chroot])"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import anyio
 
 from .._errors import StoreUnavailable
+from ..stores._connect import NO_OPTIONS, ConnectOptions
 from ..stores._spi import Busy, Grant, LockInfo, Owner, Record, Session, Store, Watch
 
 
@@ -29,10 +30,10 @@ class FaultyStore(Store):
         self.scheme = inner.scheme  # type: ignore[misc]
 
     @classmethod
-    def from_url(cls, url: str) -> FaultyStore:
+    def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> FaultyStore:
         from .._url import open_store
 
-        return cls(open_store(url))
+        return cls(open_store(url, options=options))
 
     @property
     def url(self) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from ..._errors import InvalidArgument
-from ...stores.postgres import redact
+from ...stores._connect import redact
 from ..proxy import ChaosProxy, Mode, ThreadedChaosProxy
 from . import checkers
 from .history import NEMESIS, Recorder, history_files, read_history, write_history
