@@ -91,6 +91,16 @@ def open_client(store: str | None, label: str, require: Grade | None, quiet: boo
     return client
 
 
+def child_url(store: str | None, client: Client) -> str:
+    """The store URL a command gets in $TENURE_STORE: ``client.url`` hides a password, so a
+    URL that carries one is passed on as the user gave it (the command is theirs)."""
+    from .._url import resolve_url
+    from ..stores._connect import redact
+
+    given = resolve_url(store)
+    return given if redact(given) != given else client.url
+
+
 class _Commands(click.Group):
     """The subcommands, each in its own module, imported when used (and for --help)."""
 

@@ -25,6 +25,7 @@ from . import (
     EXIT_CODES_HELP,
     EXIT_OK,
     EXIT_SIGNAL_BASE,
+    child_url,
     error,
     open_client,
     require_option,
@@ -101,8 +102,9 @@ def cron(
     client = open_client(store, label, require, quiet)
     try:
         return _loop(
-            client, plan, name, command, policy, catch_up, jitter, ttl, grace, count, quiet
-        )
+            client, child_url(store, client), plan, name, command, policy, catch_up, jitter,
+            ttl, grace, count, quiet,
+        )  # fmt: skip
     except Interrupted as exc:
         if not quiet:
             click.echo(
@@ -115,6 +117,7 @@ def cron(
 
 def _loop(
     client: object,
+    url: str,
     plan: Schedule,
     name: str,
     command: tuple[str, ...],
@@ -139,7 +142,7 @@ def _loop(
         code, stopped = run_slot(
             client, name, slot_key(due), command,
             ttl=ttl, grace=grace, policy=policy, wait=True,
-            timeout=max(0.1, following - time.time()), quiet=quiet,
+            timeout=max(0.1, following - time.time()), quiet=quiet, url=url,
         )  # fmt: skip
         if stopped:
             return code

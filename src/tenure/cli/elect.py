@@ -20,6 +20,7 @@ from . import (
     EXIT_CODES_HELP,
     EXIT_LOST,
     EXIT_SIGNAL_BASE,
+    child_url,
     error,
     open_client,
     require_option,
@@ -77,6 +78,7 @@ def elect(
         error(str(exc))
         return exc.code
     client = open_client(store, label, require, quiet)
+    url = child_url(store, client)
     try:
         while True:
             try:
@@ -93,7 +95,7 @@ def elect(
                 code, signals = EXIT_LOST, list[int]()
                 while not leadership.lost:
                     env = {"TENURE_TERM": str(leadership.term), "TENURE_ELECTION": name}
-                    code = supervise(leadership, command, client.url, grace, env, signals)
+                    code = supervise(leadership, command, url, grace, env, signals)
                     if code == EXIT_LOST or not restart or signals:
                         break  # a signal for tenure ends it, --restart or not
             finally:

@@ -26,6 +26,7 @@ from . import (
     EXIT_LOST,
     EXIT_OK,
     EXIT_SIGNAL_BASE,
+    child_url,
     error,
     one_line,
     open_client,
@@ -58,6 +59,7 @@ def run_slot(
     wait: bool,
     timeout: float | None,
     quiet: bool,
+    url: str,
 ) -> tuple[int, bool]:
     """Claim the slot and run ``command`` for it if this server is to: the exit code to report,
     and whether a signal for tenure stopped the command (then no end is recorded).
@@ -80,7 +82,7 @@ def run_slot(
     env = {"TENURE_JOB": job, "TENURE_SLOT": slot, "TENURE_ATTEMPT": str(run.attempt)}
     forwarded: list[int] = []
     try:
-        code = supervise(run.lease, command, client.url, grace, env, forwarded)
+        code = supervise(run.lease, command, url, grace, env, forwarded)
     except BaseException:
         run.abandon()
         raise
@@ -188,6 +190,7 @@ def once(
         code, _ = run_slot(
             client, name, slot_key, command,
             ttl=ttl, grace=grace, policy=policy, wait=wait, timeout=timeout, quiet=quiet,
+            url=child_url(store, client),
         )  # fmt: skip
         return code
     except Interrupted as exc:

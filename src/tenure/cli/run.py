@@ -29,6 +29,7 @@ from . import (
     EXIT_CODES_HELP,
     EXIT_LOST,
     EXIT_SIGNAL_BASE,
+    child_url,
     error,
     one_line,
     open_client,
@@ -204,7 +205,7 @@ def _locked_run(
                 click.echo(f"tenure: lock {name!r} not acquired ({how}): {who}", err=True)
             return EXIT_BUSY
         try:
-            return _supervise(lease, command, client.url, grace)
+            return _supervise(lease, command, child_url(store, client), grace)
         finally:
             lease.release()
     finally:

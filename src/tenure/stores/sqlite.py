@@ -38,6 +38,7 @@ import platformdirs
 from .._clock import REAL_CLOCK
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ._connect import NO_OPTIONS, ConnectOptions
+from ._owner_only import check_owner_only
 from ._spi import (
     Busy,
     Capabilities,
@@ -207,6 +208,7 @@ class SQLiteStore(Store):
                 raise StoreUnavailable(f"cannot open store {self.path}: it is a directory")
             if not self.path.parent.is_dir():
                 raise StoreUnavailable(f"cannot open store {self.path}: no such directory")
+            check_owner_only(self.path)
             if not self.path.exists():
                 # Owner-only from the start: whoever can write this file can forge a lock.
                 os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
