@@ -183,8 +183,9 @@ def tls_failure(exc: BaseException) -> str | None:
 
 
 def _ssl_reason(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        reason = str(exc.reason).replace("_", " ").lower()
+    reason = getattr(exc, "reason", None)  # set by OpenSSL's errors, not by hand-made ones
+    if isinstance(exc, ssl.SSLError) and reason:
+        reason = str(reason).replace("_", " ").lower()
         verify = getattr(exc, "verify_message", None)
         return f"{reason} ({verify})" if verify else reason
     if isinstance(exc, OSError) and exc.strerror:
