@@ -39,7 +39,10 @@ def resolve_url(url: str | None) -> str:
 
 def store_class(url: str) -> type[Store]:
     """The store class a (resolved) URL names, without opening anything."""
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    try:
+        scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    except ValueError:  # e.g. an unclosed "[": the URL itself is not repeated (a password?)
+        raise InvalidArgument("the store URL cannot be parsed (an unclosed '['?)") from None
     if scheme not in STORES:
         shown = scheme or url.split(":", 1)[0]
         # The URL itself is not repeated: it may carry a password.

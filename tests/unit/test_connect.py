@@ -71,8 +71,10 @@ def test_contradictions_and_missing_files_are_one_line_before_connecting(
 def test_a_file_that_is_not_a_certificate_is_one_line(tmp_path: Path) -> None:
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate")
-    with pytest.raises(InvalidArgument, match="cannot load the TLS files"):
+    with pytest.raises(InvalidArgument, match=r"cannot load the ca file .*junk\.pem"):
         ConnectOptions(ca=str(junk)).ssl_context()
+    with pytest.raises(InvalidArgument, match=r"cannot load the client certificate from .*junk"):
+        ConnectOptions(cert=str(junk)).ssl_context()
 
 
 def test_redact_hides_passwords_in_user_info_and_query() -> None:

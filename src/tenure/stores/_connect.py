@@ -62,10 +62,18 @@ class ConnectOptions:
         the client certificate if one is given; a bad file is one ``InvalidArgument``."""
         try:
             context = ssl.create_default_context(cafile=self.ca)
-            if self.cert:
-                context.load_cert_chain(self.cert, self.key)
         except (ssl.SSLError, OSError) as exc:
-            raise InvalidArgument(f"cannot load the TLS files: {_ssl_reason(exc)}") from None
+            raise InvalidArgument(
+                f"cannot load the ca file {self.ca}: {_ssl_reason(exc)}"
+            ) from None
+        if self.cert:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (ssl.SSLError, OSError) as exc:
+                files = f"{self.cert} and {self.key}" if self.key else self.cert
+                raise InvalidArgument(
+                    f"cannot load the client certificate from {files}: {_ssl_reason(exc)}"
+                ) from None
         return context
 
     def secrets(self) -> list[str]:

@@ -21,6 +21,10 @@ on each of N independent servers. Keys, under a prefix (``?prefix=``, default ``
   watches; trimmed to about ``EVENTS_KEPT`` entries and expiring a day after the last one.
 
 Every operation is idempotent for the same request id, so a retried call finds its own effect.
+
+The prefix admits no ``:`` and no glob character, so the ACL key pattern ``~P:*`` is exactly
+one prefix's keys; the script builds every key from ``P`` (declaring none), and Redis checks
+each of its ``redis.call`` against the user's key patterns.
 """
 
 from __future__ import annotations
@@ -29,22 +33,26 @@ import contextlib
 import json
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import quote, urlsplit
 
 import anyio
 
 try:
     from redis import exceptions as redis_errors
-    from redis.asyncio import Redis
+    from redis.asyncio import ConnectionPool, Redis
+    from redis.asyncio.connection import SSLConnection
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 except ImportError:  # the 'redis' extra is not installed: parse_url says so
     Redis = None  # type: ignore[assignment,misc]
+    SSLConnection = object  # type: ignore[assignment,misc]
 
 from .._errors import InvalidArgument, StoreUnavailable
+from ._connect import NO_OPTIONS, TLS_OPTIONS, ConnectOptions, redact, resolve, scrub, tls_failure
 from ._spi import Change, LockInfo, Owner
 
 DEFAULT_PORT = 6379
@@ -54,6 +62,8 @@ CALL_TIMEOUT = 5.0
 second client without one, bounded by their own timeouts)."""
 EVENTS_KEPT = 100
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_KEY_DENIED = "can't access at least one of the keys"
+"""Redis 7.0's ACL refusal of a key inside a script (outside one: a NOPERM reply)."""
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 
 SCRIPT = r"""
@@ -304,45 +314,71 @@ return redis.error_reply('tenure: unknown operation ' .. tostring(op))
 
 @dataclass(frozen=True)
 class RedisURL:
-    """A parsed ``redis://``, ``rediss://`` or ``redlock://`` URL."""
+    """A parsed ``redis://``, ``rediss://`` or ``redlock://`` URL, with its connection options
+    (TLS and credentials, from the URL and the keywords of ``connect``)."""
 
     scheme: str
     hosts: list[tuple[str, int]]
     db: int
-    username: str | None
-    password: str | None
     prefix: str
+    options: ConnectOptions = NO_OPTIONS
+
+    @property
+    def user(self) -> str:
+        """The ACL user the server sees (``default`` when none is named)."""
+        return self.options.username or "default"
 
     def display(self) -> str:
-        """The URL with the password redacted."""
+        """The URL with the password redacted: the user, ``***`` for a password (however it
+        was given) and, unless the scheme says so, ``tls=true``."""
+        opts = self.options
         user = ""
-        if self.username or self.password:
-            user = (self.username or "") + (":***" if self.password else "") + "@"
+        if opts.username or opts.password:
+            user = quote(opts.username or "", safe="") + (":***" if opts.password else "") + "@"
         hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
-        return f"{self.scheme}://{user}{hosts}/{self.db}?prefix={self.prefix}"
+        tls = "&tls=true" if opts.use_tls and self.scheme != "rediss" else ""
+        return f"{self.scheme}://{user}{hosts}/{self.db}?prefix={self.prefix}{tls}"
 
 
-def parse_url(url: str, schemes: Sequence[str], many: bool, usage: str) -> RedisURL:
-    """Parse a Redis store URL; ``InvalidArgument`` (never echoing a password) if malformed."""
+def parse_url(
+    url: str,
+    schemes: Sequence[str],
+    many: bool,
+    usage: str,
+    options: ConnectOptions = NO_OPTIONS,
+) -> RedisURL:
+    """Parse a Redis store URL and merge ``options`` over its own (`_connect.resolve`);
+    ``InvalidArgument`` in one line (the URL redacted) if anything is wrong."""
     if Redis is None:
         raise InvalidArgument("the Redis stores need redis-py: pip install 'tenure[redis]'")
-    parts = urlsplit(url)
 
     def bad(why: str) -> InvalidArgument:
-        shown = f"{parts.scheme}://{parts.hostname or ''}…" if parts.password else url
-        return InvalidArgument(f"bad Redis store URL {shown!r}: {why} (use {usage})")
+        return InvalidArgument(f"bad Redis store URL {redact(url)!r}: {why} (use {usage})")
 
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
     scheme = parts.scheme.lower()
     if scheme not in schemes:
         raise bad(f"the scheme is not {' or '.join(schemes)}")
     if parts.fragment:
         raise bad("no fragment allowed")
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    username = password = None
-    if userinfo:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    hosts = _hosts(parts.netloc.rpartition("@")[2], bad)
+    if len(hosts) > 1 and not many:
+        raise bad("one host only (Redlock over several servers: redlock://h1,h2,h3)")
+    db_text = parts.path.strip("/") or "0"
+    if not db_text.isdigit():
+        raise bad(f"the path must be a database number, not {db_text!r}")
+    connect, rest = resolve(url, "redlock" if scheme == "redlock" else "redis", options)
+    if scheme == "rediss":
+        if connect.tls is False:
+            raise bad("rediss:// is TLS: tls=false contradicts it (redis:// has no TLS)")
+        connect = replace(connect, tls=True)
+    return RedisURL(scheme, hosts, int(db_text), _prefix(rest, bad), connect)
+
+
+def _hosts(hostinfo: str, bad: Callable[[str], InvalidArgument]) -> list[tuple[str, int]]:
     if not hostinfo:
         raise bad("no host")
     hosts: list[tuple[str, int]] = []
@@ -357,19 +393,33 @@ def parse_url(url: str, schemes: Sequence[str], many: bool, usage: str) -> Redis
         if (host, int(port)) in hosts:
             raise bad(f"{host}:{port} is named twice")
         hosts.append((host, int(port)))
-    if len(hosts) > 1 and not many:
-        raise bad("one host only (Redlock over several servers: redlock://h1,h2,h3)")
-    db_text = parts.path.strip("/") or "0"
-    if not db_text.isdigit():
-        raise bad(f"the path must be a database number, not {db_text!r}")
-    prefix = DEFAULT_PREFIX
-    for option, value in parse_qsl(parts.query, keep_blank_values=True):
+    return hosts
+
+
+def _prefix(query: list[tuple[str, str]], bad: Callable[[str], InvalidArgument]) -> str:
+    """The ``prefix`` option, the one query option of these stores besides TLS's."""
+    prefix = None
+    for option, value in query:
         if option != "prefix":
-            raise bad(f"unknown option {option!r} (known: prefix)")
+            raise bad(f"unknown option {option!r} (known: prefix, {', '.join(TLS_OPTIONS)})")
+        if prefix is not None:
+            raise bad("prefix is given twice")
         if not _PREFIX.match(value):
             raise bad(f"bad prefix {value!r} (letters, digits, '_', '.', '-')")
         prefix = value
-    return RedisURL(scheme, hosts, int(db_text), username, password, prefix)
+    return prefix or DEFAULT_PREFIX
+
+
+def _closed_by_server(exc: BaseException) -> bool:
+    """``exc`` (or what caused it) says the server hung up."""
+    current: BaseException | None = exc
+    for _ in range(10):  # a short chain: never follow a cycle
+        if current is None:
+            return False
+        if isinstance(current, ConnectionResetError) or "closed by server" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def owner_json(owner: Owner) -> str:
@@ -396,36 +446,82 @@ def change_of(name: str, fields: dict[str, str]) -> Change:
     return Change(name, info)
 
 
+class TLSConnection(SSLConnection):
+    """redis-py's TLS connection with tenure's context (`ConnectOptions.ssl_context`): given a
+    ``ca``, only that CA is trusted (redis-py's own context would trust the system's roots too),
+    and the server's certificate must name the host."""
+
+    def __init__(self, *, tls_context: ssl.SSLContext, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ssl_context.context = tls_context  # used as is: redis-py builds none of its own
+
+
 class Instance:
     """One Redis server: a client for calls, one for blocking reads, errors translated."""
 
     def __init__(self, url: RedisURL, host: str, port: int) -> None:
         self.address = f"{host}:{port}"
         self.prefix = url.prefix
+        self.user = url.user
+        self.secrets = url.options.secrets()
+        self.tls = url.options.use_tls
         common: dict[str, Any] = {
             "host": host,
             "port": port,
             "db": url.db,
-            "username": url.username,
-            "password": url.password,
-            "ssl": url.scheme == "rediss",
+            "username": url.options.username,
+            "password": url.options.password,
             "decode_responses": True,
-            "socket_connect_timeout": CALL_TIMEOUT,
+            "socket_connect_timeout": CALL_TIMEOUT,  # the TLS handshake included
             # One immediate retry: a pooled connection may be dead after a server restart. Every
-            # operation of the script is idempotent, so a repeated call is harmless.
+            # operation of the script is idempotent, so a repeated call is harmless. A refused
+            # login or handshake is retried once too, then reported: never retried for ever.
             "retry": Retry(NoBackoff(), 1),
         }
-        self.client = Redis(socket_timeout=CALL_TIMEOUT, **common)
-        self.blocking = Redis(socket_timeout=None, **common)
+        if self.tls:  # the files are read now: a bad one fails before connecting
+            common.update(connection_class=TLSConnection, tls_context=url.options.ssl_context())
+        self.client = Redis.from_pool(ConnectionPool(socket_timeout=CALL_TIMEOUT, **common))
+        self.blocking = Redis.from_pool(ConnectionPool(socket_timeout=None, **common))
         self.script = self.client.register_script(SCRIPT)
+        # Why a server may hang up on a new connection, said when one does: TLS 1.3 refuses a
+        # missing client certificate after the handshake, so the client sees only a reset.
+        self.closed_hint = "does it speak TLS only? use rediss://"
+        if self.tls and not url.options.cert:
+            self.closed_hint = "does it demand a client certificate? give cert= and key="
+        elif self.tls:
+            self.closed_hint = "does it trust this client certificate?"
 
     def key(self, kind: str, ident: str) -> str:
         return f"{self.prefix}:{kind}:{ident}"
 
     def unavailable(self, exc: BaseException) -> StoreUnavailable:
-        what = type(exc).__name__
-        detail = str(exc).splitlines()[0] if str(exc) else what
-        return StoreUnavailable(f"Redis at {self.address}: {detail}")
+        """One line that says what failed, with no secret in it."""
+        detail = scrub(str(exc), self.secrets) or type(exc).__name__
+        if isinstance(exc, redis_errors.AuthenticationError):
+            if not self.secrets:
+                detail = (
+                    "no password given (user:password@ in the URL, password= or $TENURE_PASSWORD)"
+                )
+            return StoreUnavailable(
+                f"Redis authentication failed for user {self.user!r} at {self.address}: {detail}"
+            )
+        tls = tls_failure(exc)
+        if tls is not None:
+            why = tls
+        elif isinstance(exc, redis_errors.NoPermissionError) or _KEY_DENIED in str(exc):
+            why = (
+                f"NOPERM: user {self.user!r} may not use the keys of prefix {self.prefix!r}"
+                f" (its ACL must allow ~{self.prefix}:*)"
+            )
+        elif isinstance(exc, TimeoutError) and not str(exc):
+            why = f"no answer within {CALL_TIMEOUT:g}s"
+            if self.tls:  # a plain server reads a TLS hello as a command and waits for more
+                why += " (does it speak TLS on this port?)"
+        elif _closed_by_server(exc):
+            why = f"{detail} ({self.closed_hint})"
+        else:
+            why = detail
+        return StoreUnavailable(f"Redis at {self.address}: {why}")
 
     async def call(self, op: str, *args: str, timeout: float = CALL_TIMEOUT) -> Any:
         try:
@@ -439,6 +535,9 @@ class Instance:
         names = []
         try:
             with anyio.fail_after(CALL_TIMEOUT * 4):
+                # SCAN ignores the ACL's key patterns: touch a key of the prefix first, so a
+                # user who may not use this prefix is refused here, not shown its lock names.
+                await self.client.exists(self.key("c", ""))
                 async for key in self.client.scan_iter(match=self.key("l", "*"), count=1000):
                     names.append(str(key)[start:])
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:

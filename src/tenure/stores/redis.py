@@ -1,6 +1,36 @@
 """The Redis store, one server: ``redis://[user:password@]host:6379/0?prefix=tenure``
 (``rediss://`` for TLS). **Efficiency-grade**: use it to avoid duplicate work, not for correctness.
 
+**Connecting** (the options shared by the networked stores: ``_connect``):
+
+- ``redis://[user[:password]@]host[:port][/db][?prefix=name]``; ``rediss://…`` is the same over
+  TLS, as is ``redis://…?tls=true``; ``rediss://…?tls=false`` is refused. The query takes
+  ``prefix`` and ``tls``, ``ca``, ``cert``, ``key``; keywords of ``connect`` override the URL,
+  and ``$TENURE_PASSWORD`` gives the password when neither does. ``store.url`` shows the user,
+  ``***`` for a password and ``tls=true`` (unless the scheme says so).
+- **TLS**: redis-py's TLS connection with tenure's own context (``ConnectOptions.ssl_context``):
+  the server's certificate is checked against ``ca`` only (the system's roots without one; not
+  both, as redis-py's own ``ssl_ca_certs`` would) and must name the host; ``cert``/``key`` answer
+  a server with ``tls-auth-clients yes``. A failed handshake is ``StoreUnavailable`` "TLS failed:
+  …". Under TLS 1.3 a server refuses a missing client certificate after the handshake, so the
+  client may see only a reset: the message then asks whether a certificate is demanded.
+- **ACL users**: ``username``/``password`` log each new connection in (``AUTH``); a
+  refused login is ``StoreUnavailable`` "Redis authentication failed for user 'x' at host:port:
+  …" (never the password). redis-py tries a new connection once more, then the call fails: no
+  retry for ever (a renewal retries only until its lease's deadline, as for any outage).
+- **The prefix is the namespace**: every key is ``<prefix>:<kind>:<id>``, and a prefix is
+  letters, digits, ``_``, ``.``, ``-`` (no ``:`` nor glob characters), so the ACL key pattern
+  ``~<prefix>:*`` covers one application's keys exactly: give each application its own user,
+  e.g. ``user app1 on >secret ~app1:* +@all``. The script declares no keys (it builds them from
+  the prefix); Redis 7 allows that on one server and checks every ``redis.call`` against the
+  user's key patterns, so another prefix is refused: ``StoreUnavailable`` "NOPERM: user 'app1'
+  may not use the keys of prefix 'app2' …". ``SCAN`` ignores key patterns, so listing touches
+  a key of the prefix first: a foreign user is refused rather than shown the lock names. (The
+  undeclared keys also mean: no Redis Cluster.)
+- **Names**: a lock's keys are ``<prefix>:l:<name>`` and its siblings, the name taken as is and
+  read back as the rest of the key (``SCAN`` matches on the prefix only), so ``a``, ``a:b``,
+  ``a*`` and ``a/b`` are four locks and are listed as such.
+
 Spoken with redis-py's asyncio client; the protocol is one Lua script (``_redis_scripts``), so
 every call is one atomic round trip, judged by the Redis server's clock (``PX``).
 
@@ -145,7 +175,9 @@ class RedisStore(Store):
         native_wait=True,
         notes=NOTES,
     )
-    USAGE: ClassVar[str] = "redis://[user:password@]host:port/db[?prefix=name]"
+    USAGE: ClassVar[str] = (
+        "redis[s]://[user:password@]host:port/db[?prefix=name][&tls=true&ca=…&cert=…&key=…]"
+    )
 
     def __init__(self, url: RedisURL) -> None:
         self._url = url
@@ -154,7 +186,9 @@ class RedisStore(Store):
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> RedisStore:
-        return cls(parse_url(url, ("redis", "rediss"), many=False, usage=cls.USAGE))
+        return cls(
+            parse_url(url, ("redis", "rediss"), many=False, usage=cls.USAGE, options=options)
+        )
 
     @property
     def url(self) -> str:

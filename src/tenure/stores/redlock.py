@@ -35,6 +35,10 @@ module only sends each call to all servers at once and counts the answers. Quoru
 - **Watch** follows every server's event stream and reports a state (a grant with its token and
   value, or a release) when a quorum of servers has reported it, in the order quorums are
   reached.
+- **TLS and ACL users**: one set of options (``tls``, ``ca``, ``cert``, ``key``, user and
+  password, in the query or as keywords: see ``redis``) for every server of the list; each
+  server's certificate must name its own host. A server that refuses the login or the
+  handshake counts as unreachable, and its reason is in the quorum error.
 """
 
 from __future__ import annotations
@@ -202,7 +206,9 @@ class RedlockStore(Store):
         native_wait=True,
         notes=NOTES + "; Redlock: a quorum of independent servers, token = the quorum's maximum",
     )
-    USAGE: ClassVar[str] = "redlock://[user:password@]h1:port,h2:port,h3:port[/db][?prefix=name]"
+    USAGE: ClassVar[str] = (
+        "redlock://[user:password@]h1:port,h2:port,h3:port[/db][?prefix=name][&tls=true&ca=…]"
+    )
 
     def __init__(self, url: RedisURL) -> None:
         self._url = url
@@ -213,7 +219,7 @@ class RedlockStore(Store):
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> RedlockStore:
-        return cls(parse_url(url, ("redlock",), many=True, usage=cls.USAGE))
+        return cls(parse_url(url, ("redlock",), many=True, usage=cls.USAGE, options=options))
 
     @property
     def url(self) -> str:

@@ -8,24 +8,56 @@ server runs under ``clockshift.c`` (an ``LD_PRELOAD`` shim compiled on first use
 C compiler) that adds an offset read from a shared 8-byte file to its wall clock only
 (``gettimeofday``, ``CLOCK_REALTIME``: what judges ``PX`` expiry; ``CLOCK_MONOTONIC`` is left
 alone): ``clock_jump(seconds)`` moves that clock while the server runs.
+
+Security (issue 8): ``tls=TLSFiles`` makes it TLS-only (``--port 0``: no plain port at all;
+``tls_auth_clients="yes"`` demands a client certificate signed by the CA, ``"optional"`` takes
+one if shown); ``users=[RedisUser(...)]`` adds ACL users and, unless ``password=`` keeps the
+default user, switches the default user off. The launcher's own client (health checks,
+``command()``) then speaks TLS with the client certificate and logs in as a user of its own
+(``launcher``, all keys, a random password), so tests can look at any key.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
+import ssl
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
+from urllib.parse import urlencode
 
 from ._process import ServerProcess
+from .certs import TLSFiles
 from .clockshift import ClockShift
 from .postgres_server import HOST, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
 PREFIX = "tenure-redis-"
+LAUNCHER_USER = "launcher"
+
+
+@dataclass(frozen=True)
+class RedisUser:
+    """An ACL user (Redis 7 ``user`` rule): ``keys`` is its one key pattern, so ``app1:*``
+    confines it to the tenure prefix ``app1``; every command is allowed, no Pub/Sub channel."""
+
+    name: str
+    password: str
+    keys: str = "*"
+
+    def rule(self) -> list[str]:
+        # One config line split on spaces by the server: no whitespace inside a part.
+        parts = [self.name, "on", f">{self.password}", f"~{self.keys}", "+@all"]
+        if any(not part or any(c.isspace() for c in part) for part in parts):
+            raise ValueError(f"ACL user {self.name!r}: no empty parts or whitespace")
+        return parts
 
 
 class RedisServer(ServerProcess):
@@ -37,12 +69,23 @@ class RedisServer(ServerProcess):
         replica_of: RedisServer | None = None,
         clock_shift: bool = False,
         password: str | None = None,
+        tls: TLSFiles | None = None,
+        tls_auth_clients: Literal["yes", "optional", "no"] = "yes",
+        users: Sequence[RedisUser] = (),
     ) -> None:
         if not os.access(REDIS_SERVER, os.X_OK):
             raise RuntimeError(f"redis-server not found at {REDIS_SERVER}")
         self.replica_of = replica_of
         self.clock_shift = clock_shift
         self.password = password
+        self.tls: TLSFiles | None = tls
+        self.tls_auth_clients = tls_auth_clients
+        self.users = list(users)
+        if replica_of is not None and (tls or users or replica_of.tls or replica_of.users):
+            raise ValueError("replication is launched without TLS and ACL users only")
+        # With ACL users and no default password, the default user is off: the launcher logs
+        # in as a user of its own.
+        self.launcher_password = secrets.token_hex(16) if users and not password else None
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
         self.port = free_port()
         self.clock = ClockShift(self.root / "clock-offset") if clock_shift else None
@@ -61,8 +104,20 @@ class RedisServer(ServerProcess):
 
     @property
     def url(self) -> str:
+        """A store URL for this server: the default user's password if any, and with TLS the
+        CA (and the client certificate when the server demands one) in the query."""
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}{self.endpoint}/0"
+        if self.tls is None:
+            return f"redis://{auth}{self.endpoint}/0"
+        return f"rediss://{auth}{self.endpoint}/0?{urlencode(self.tls_query())}"
+
+    def tls_query(self) -> dict[str, str]:
+        """The ``ca`` (and ``cert``/``key`` when the server demands them) of a store URL."""
+        assert self.tls is not None
+        query = {"ca": str(self.tls.ca)}
+        if self.tls_auth_clients == "yes":
+            query.update(cert=str(self.tls.client_cert), key=str(self.tls.client_key))
+        return query
 
     @property
     def log_path(self) -> Path:
@@ -73,7 +128,7 @@ class RedisServer(ServerProcess):
     def _argv(self) -> list[str]:
         argv = [
             str(REDIS_SERVER),
-            "--port", str(self.port),
+            *self._port_args(),
             "--bind", HOST,
             "--dir", str(self.root),
             "--save", "",
@@ -84,9 +139,26 @@ class RedisServer(ServerProcess):
         ]  # fmt: skip
         if self.password:
             argv += ["--requirepass", self.password, "--masterauth", self.password]
+        if self.launcher_password:
+            argv += ["--user", "default", "off"]
+            argv += ["--user", *RedisUser(LAUNCHER_USER, self.launcher_password).rule()]
+        for user in self.users:
+            argv += ["--user", *user.rule()]
         if self.replica_of is not None:
             argv += ["--replicaof", HOST, str(self.replica_of.port)]
         return argv
+
+    def _port_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0",  # no plain port: TLS only
+            "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls.server_cert),
+            "--tls-key-file", str(self.tls.server_key),
+            "--tls-ca-cert-file", str(self.tls.ca),
+            "--tls-auth-clients", self.tls_auth_clients,
+        ]  # fmt: skip
 
     def _env(self) -> dict[str, str]:
         return dict(os.environ) if self.clock is None else self.clock.env()
@@ -144,13 +216,15 @@ class RedisServer(ServerProcess):
     def command(self, *args: str, timeout: float = 2.0) -> str:
         """Send one command (RESP); its reply as text (an error reply raises RuntimeError)."""
         parts = [] if not self.password else [["AUTH", self.password]]
+        if self.launcher_password:
+            parts = [["AUTH", LAUNCHER_USER, self.launcher_password]]
         parts.append(list(args))
         payload = b"".join(
             f"*{len(cmd)}\r\n".encode()
             + b"".join(f"${len(a.encode())}\r\n{a}\r\n".encode() for a in cmd)
             for cmd in parts
         )
-        with socket.create_connection((HOST, self.port), timeout=timeout) as sock:
+        with self._connect(timeout) as sock:
             sock.sendall(payload)
             reader = sock.makefile("rb")
             line = b""
@@ -161,6 +235,18 @@ class RedisServer(ServerProcess):
                 if line.startswith(b"$") and line != b"$-1":
                     line = reader.read(int(line[1:]) + 2)[:-2]
         return line.decode(errors="replace").lstrip("+:")
+
+    def _connect(self, timeout: float) -> socket.socket:
+        sock = socket.create_connection((HOST, self.port), timeout=timeout)
+        if self.tls is None:
+            return sock
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        try:
+            return context.wrap_socket(sock, server_hostname=HOST)
+        except BaseException:
+            sock.close()
+            raise
 
     def ping(self) -> bool:
         try:
