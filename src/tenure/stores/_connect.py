@@ -30,6 +30,8 @@ from .._errors import InvalidArgument
 
 ENV_PASSWORD = "TENURE_PASSWORD"
 TLS_OPTIONS = ("tls", "ca", "cert", "key")
+SECRET_QUERY = ("password", "sslpassword")
+"""Query options whose values are secrets (libpq's password and client key passphrase)."""
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -153,7 +155,7 @@ def parse_flag(value: str, what: str) -> bool:
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (in the user info and in the query)."""
+    """``url`` with any password replaced by ``***`` (in the user info and `SECRET_QUERY`)."""
     try:
         parts = urlsplit(url)
         has_password = parts.password is not None
@@ -163,7 +165,7 @@ def redact(url: str) -> str:
         return url  # nothing to hide: keep the URL exactly as given
     netloc = re.sub(r"^([^@/]*?):[^@/]*@", r"\1:***@", parts.netloc)
     query = "&".join(
-        f"{key}=***" if key == "password" else f"{key}={value}"
+        f"{key}=***" if key in SECRET_QUERY else f"{key}={value}"
         for key, value in parse_qsl(parts.query, keep_blank_values=True)
     )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -1,7 +1,44 @@
 """The PostgreSQL store: ``postgresql://user@host:5432/db?schema=tenure``.
 
-- Tables live in their own schema (``schema=`` in the URL, default ``tenure``), created on first
-  use and versioned in its ``meta`` table. The rest of the URL is psycopg's connection string.
+URL forms: ``postgresql://[user[:password]@]host[:port][,host2[:port2]…][/db][?options]``
+(``postgres://`` too). ``schema=NAME`` is tenure's own (default ``tenure``: a plain identifier,
+letters, digits and ``_``, at most 63, not ``pg_…``); every other query option is libpq's
+(``sslmode``, ``connect_timeout``, ``application_name``, ``passfile``…) and keeps libpq's
+meaning, or one of the common connection options (``tenure.stores._connect``), which are mapped
+onto libpq's; keyword arguments of ``tenure.connect`` win over the URL's:
+
+=================  ======================================  ====================================
+common option      libpq parameter                         note
+=================  ======================================  ====================================
+``tls=true``       ``sslmode=verify-full``                 always verify the server and its name
+``tls=false``      ``sslmode=disable``
+``ca=FILE``        ``sslrootcert=FILE``                    implies ``tls=true``
+(none)             ``sslrootcert=`` the system's roots     when TLS is on without ``ca``: the
+                                                           CA file Python's ``ssl`` uses (so
+                                                           every store trusts the same roots;
+                                                           ``$SSL_CERT_FILE`` if set), or, if
+                                                           it finds none, ``system`` (libpq >=
+                                                           16) — psycopg-binary's own OpenSSL
+                                                           looks in a directory of its build,
+                                                           so that needs ``$SSL_CERT_FILE``
+``cert``, ``key``  ``sslcert``, ``sslkey``                 imply ``tls=true``
+user info          ``user``, ``password``                  or ``username=``/``password=``
+$TENURE_PASSWORD   ``password``                            only if nothing above gives one
+=================  ======================================  ====================================
+
+A setting given under both names must agree, else ``InvalidArgument``; so must ``tls`` and
+``sslmode`` (``ca``/``cert``/``key`` with a weaker libpq ``sslmode`` than ``verify-full`` keep
+that ``sslmode``, except ``disable``, refused). With no password anywhere above, libpq's own
+``$PGPASSWORD`` and password file (``$PGPASSFILE``, ``~/.pgpass``, ``passfile=``) apply, as do
+its other ``$PG…`` variables. Every file is checked before connecting (one line). A failed
+TLS handshake, a wrong CA, a missing client certificate or a wrong password is a one-line
+``StoreUnavailable`` with libpq's reason; no message and no ``url`` shows a password or
+``sslpassword``. With libpq's names only (no common ones), libpq's defaults stand: e.g.
+``sslrootcert`` alone does not verify the host name; ``sslmode=verify-full`` does.
+
+- Tables live in their own schema, created on first use and versioned in its ``meta`` table:
+  one application's locks, tokens and records are invisible to another's schema. The name
+  is spliced into SQL only through ``psycopg.sql.Identifier``; every value is a parameter.
 - Expiry is judged by the server's clock: a session row carries ``expires timestamptz``, set and
   compared with ``clock_timestamp()``, never a client's wall clock. ``keep_alive`` is one UPDATE
   of that row, which renews every lock the session holds (a lock row names its session).
@@ -37,7 +74,7 @@
   version =`` the version read (replace), which adds 1, committed before the answer. It carries
   a random request id stored with the row, so sent again after a dead connection it finds its
   own write instead of being refused by it.
-- psycopg's errors are translated here: ``StoreUnavailable`` (one line, password redacted).
+- psycopg's errors are translated here: ``StoreUnavailable`` (one line, passwords scrubbed).
   A broken connection is dropped and reopened by the next call; nothing is ever renewed on the
   client's behalf, so the session keeper's deadline governs.
 """
@@ -47,8 +84,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import secrets
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -59,7 +98,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._connect import NO_OPTIONS, ConnectOptions, redact
+from ._connect import (
+    ENV_PASSWORD,
+    NO_OPTIONS,
+    ConnectOptions,
+    check,
+    redact,
+    scrub,
+    url_options,
+)
 from ._spi import (
     Busy,
     Capabilities,
@@ -102,7 +149,18 @@ SETUP_LOCK = 0x7465_6E75_7265  # 'tenure': one advisory lock serialises schema c
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 WAITER_CHANNEL = "tenure_w_"
 WATCH_CHANNEL = "tenure_o_"
-OWN_PARAMS = ("schema",)
+STORE = "PostgreSQL"
+COMMON_TO_LIBPQ = {
+    "ca": "sslrootcert",
+    "cert": "sslcert",
+    "key": "sslkey",
+    "username": "user",
+    "password": "password",
+}
+"""Each common connection option (``tenure.stores._connect``) and its libpq name."""
+LIBPQ_EQUIVALENTS = frozenset((*COMMON_TO_LIBPQ.values(), "sslmode"))
+SECRETS = ("password", "sslpassword")
+"""libpq's parameters that no message may show."""
 
 # Why one call is one statement and still atomic and serialised: each function below runs
 # as one statement in autocommit, i.e. in a transaction of its own, so it commits or rolls
@@ -423,10 +481,10 @@ INSERT INTO {s}.meta (key, value) VALUES ('schema', '3')
 
 QUERIES = {
     "version": "SELECT value FROM {s}.meta WHERE key = 'schema'",
-    "has_meta": "SELECT to_regclass(%(meta)s) IS NOT NULL",
-    "has_records": (
+    # By name, as parameters (not to_regclass of a text, which would fold case).
+    "has_table": (
         "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_tables"
-        " WHERE schemaname = %(schema)s AND tablename = 'records')"
+        " WHERE schemaname = %(schema)s AND tablename = %(table)s)"
     ),
     "records": RECORDS,
     # Forget expired sessions (counters stay), and open ours.
@@ -571,9 +629,11 @@ class PostgresStore(Store):
     )
 
     def __init__(self, dsn: str, schema: str = DEFAULT_SCHEMA, shown: str | None = None) -> None:
+        """``dsn``: libpq's connection string (or URL), everything in it; ``shown``: the URL
+        to show, redacted here."""
         self._dsn = dsn
         self._shown = redact(shown if shown is not None else dsn)
-        self._password = _password(dsn)
+        self._secrets = _secrets_in(dsn)  # never in a message
         self._add_connect_timeout = "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn)
         self.schema = schema
         ident = sql.Identifier(schema)
@@ -604,7 +664,9 @@ class PostgresStore(Store):
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> PostgresStore:
-        """``postgresql://[user[:password]@]host[:port][/db][?schema=NAME&libpq params]``."""
+        """``postgresql://[user[:password]@]host[:port][/db][?schema=NAME&options]``: the
+        common connection options (``tls``, ``ca``, ``cert``, ``key``, user info; keywords
+        over the URL's) become libpq's; libpq's own parameters pass through (module doc)."""
         if psycopg is None:
             raise InvalidArgument(
                 "the PostgreSQL store needs psycopg: pip install 'tenure[postgres]'"
@@ -612,28 +674,23 @@ class PostgresStore(Store):
         shown = redact(url)
         try:
             parts = urlsplit(url)
-            pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
+            parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
         except ValueError as exc:
             raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {exc}") from None
         if parts.fragment:
             raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: no #fragment allowed")
-        schemas = [value for key, value in pairs if key == "schema"]
-        if len(schemas) > 1:
-            raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: schema given twice")
-        schema = schemas[0] if schemas else DEFAULT_SCHEMA
-        if not IDENTIFIER.fullmatch(schema):
-            raise InvalidArgument(
-                f"bad schema name {schema!r} in PostgreSQL store URL: use letters, digits"
-                " and _ (not first), at most 63"
-            )
-        rest = urlencode([(key, value) for key, value in pairs if key not in OWN_PARAMS])
-        dsn = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, ""))
+        common, rest = url_options(url, STORE)
+        schema, libpq, passthrough = _split_query(rest, shown)
+        params = _libpq_params(options.over(common), libpq)
+        host = parts.netloc.rpartition("@")[2]  # user and password go as parameters
+        dsn = urlunsplit((parts.scheme, host, parts.path, urlencode(passthrough), ""))
         try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
+            conninfo = psycopg.conninfo.make_conninfo(dsn, **params)  # checked by libpq
         except psycopg.Error as exc:
-            reason = _one_line(exc, _password(url))
+            hidden = [value for key, value in [*params.items(), *passthrough] if key in SECRETS]
+            reason = scrub(str(exc), hidden)
             raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {reason}") from None
-        return cls(dsn, schema, shown=url)
+        return cls(conninfo, schema, shown=url)
 
     @property
     def url(self) -> str:
@@ -645,7 +702,7 @@ class PostgresStore(Store):
         if isinstance(exc, TimeoutError):
             reason = f"no answer within {CALL_TIMEOUT:g}s"
         else:
-            reason = _one_line(exc, self._password)
+            reason = scrub(str(exc) or type(exc).__name__, self._secrets)
         return StoreUnavailable(f"PostgreSQL store {self._shown}: {reason}")
 
     async def _connect(self) -> AsyncConnection[Any]:
@@ -694,8 +751,7 @@ class PostgresStore(Store):
         if version < SCHEMA_VERSION:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-                meta = f"{self.schema}.meta"  # a valid identifier (checked): no quoting needed
-                has_meta = await self._one(conn, self._q["has_meta"], {"meta": meta})
+                has_meta = await self._one(conn, self._q["has_table"], self._table("meta"))
                 version = await self._version(conn) if has_meta and has_meta[0] else 0
                 if version < SCHEMA_VERSION:
                     await conn.execute(self._setup)
@@ -705,11 +761,14 @@ class PostgresStore(Store):
                 f"PostgreSQL store {self._shown}: schema {self.schema!r} has version {version},"
                 f" this tenure knows version {SCHEMA_VERSION}"
             )
-        has_records = await self._one(conn, self._q["has_records"], {"schema": self.schema})
+        has_records = await self._one(conn, self._q["has_table"], self._table("records"))
         if not (has_records and has_records[0]):
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
                 await conn.execute(self._q["records"])
+
+    def _table(self, table: str) -> dict[str, str]:
+        return {"schema": self.schema, "table": table}
 
     async def _version(self, conn: AsyncConnection[Any]) -> int:
         row = await (await conn.execute(self._q["version"])).fetchone()
@@ -1238,16 +1297,92 @@ class PostgresStore(Store):
             self._drop_listener(self._listen_conn)
 
 
-def _password(url: str) -> str | None:
+def _split_query(
+    pairs: list[tuple[str, str]], shown: str
+) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
+    """The schema (checked), the libpq parameters that have a common name, and the rest."""
+    schemas: list[str] = []
+    libpq: dict[str, str] = {}
+    rest: list[tuple[str, str]] = []
+    for key, value in pairs:
+        if key == "schema":
+            schemas.append(value)
+        elif key in LIBPQ_EQUIVALENTS:
+            if libpq.get(key, value) != value:
+                raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {key} given twice")
+            libpq[key] = value
+        else:
+            rest.append((key, value))
+    if len(schemas) > 1:
+        raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: schema given twice")
+    return _check_schema(schemas[0] if schemas else DEFAULT_SCHEMA), libpq, rest
+
+
+def _check_schema(schema: str) -> str:
+    """``schema`` if it is a plain identifier of tenure's own, else one ``InvalidArgument``:
+    it is spliced into SQL only through ``sql.Identifier``, but a name that needs quoting
+    (or that PostgreSQL reserves) is a mistake to report, not to work around."""
+    if not IDENTIFIER.fullmatch(schema):
+        raise InvalidArgument(
+            f"bad schema name {schema!r} in PostgreSQL store URL: use letters, digits"
+            " and _ (not first), at most 63"
+        )
+    if schema.lower().startswith("pg_") or schema.lower() == "information_schema":
+        raise InvalidArgument(f"bad schema name {schema!r}: reserved by PostgreSQL")
+    return schema
+
+
+def _libpq_params(options: ConnectOptions, libpq: dict[str, str]) -> dict[str, str]:
+    """libpq's parameters for the common ``options`` merged with libpq's own names from the
+    URL (``libpq``): one setting given under both names must agree; files are checked."""
+    options = check(options, STORE)
+    merged: dict[str, str | None] = {}
+    for name, key in COMMON_TO_LIBPQ.items():
+        ours, theirs = getattr(options, name), libpq.get(key)
+        if ours is not None and theirs is not None and ours != theirs:
+            what = f"{name} and {key}" if name != key else f"the two {name}s"
+            raise InvalidArgument(f"{STORE} store: {what} disagree")
+        merged[key] = ours if ours is not None else theirs
+    if merged["password"] is None and os.environ.get(ENV_PASSWORD):
+        merged["password"] = os.environ[ENV_PASSWORD]  # else libpq's PGPASSWORD or .pgpass
+    root, cert = merged["sslrootcert"], merged["sslcert"]
+    # libpq's own file names are checked as the common ones are: one line, before connecting.
+    check(ConnectOptions(ca=None if root == "system" else root, cert=cert), STORE)
+    merged["sslmode"] = _sslmode(options, libpq.get("sslmode"))
+    if options.use_tls and root is None:
+        merged["sslrootcert"] = _system_roots()
+    return {key: value for key, value in merged.items() if value is not None}
+
+
+def _sslmode(options: ConnectOptions, sslmode: str | None) -> str | None:
+    """``tls=true`` is ``verify-full`` (always verify, as every store does), ``tls=false`` is
+    ``disable``; ca, cert or key alone imply ``verify-full`` unless ``sslmode`` says more."""
+    if options.tls is not None:
+        wanted = "verify-full" if options.tls else "disable"
+        if sslmode not in (None, wanted):
+            raise InvalidArgument(f"{STORE} store: tls and sslmode disagree")
+        return wanted
+    if sslmode is None:
+        return "verify-full" if options.use_tls else None
+    if sslmode == "disable" and options.use_tls:
+        raise InvalidArgument(f"{STORE} store: sslmode=disable contradicts ca, cert or key")
+    return sslmode
+
+
+def _system_roots() -> str | None:
+    """The CA file of the system's roots that Python's ``ssl`` uses (and so every other
+    store; ``$SSL_CERT_FILE`` if set); if it finds none, libpq's ``system`` (libpq >= 16),
+    else None: libpq's own default, ``~/.postgresql/root.crt``."""
+    cafile = ssl.get_default_verify_paths().cafile
+    if cafile:
+        return cafile
+    return "system" if psycopg.pq.version() >= 160000 else None
+
+
+def _secrets_in(dsn: str) -> list[str]:
+    """The secrets written in a connection string."""
     try:
-        return psycopg.conninfo.conninfo_to_dict(url).get("password") or None  # type: ignore[return-value]
+        found = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
-        return urlsplit(url).password
-
-
-def _one_line(exc: BaseException, password: str | None) -> str:
-    """A driver error as one line, without the password."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    if password:
-        text = text.replace(password, "***")
-    return text[:300]
+        return []
+    return [str(found[key]) for key in SECRETS if found.get(key)]

@@ -2,11 +2,29 @@
 
 ``PostgresServer`` runs one PostgreSQL cluster in a temporary directory. It can be stopped, killed
 and started again on the same port and data (for chaos tests); ``close()`` removes everything.
+
+By default anyone on the loopback address may connect as ``postgres`` without a password. Keyword
+options make a guarded server instead (for the security tests):
+
+- ``ssl_cert_file`` + ``ssl_key_file`` (+ ``ssl_ca_file``): TLS on, and TCP connections only
+  over TLS (``hostssl`` lines, no ``host`` line). The files are copied into the server's own
+  directory (the key 0600, as PostgreSQL demands).
+- ``client_cert=True``: a client certificate signed by ``ssl_ca_file`` is demanded
+  (``clientcert=verify-full``: its common name must be the user name).
+- ``password``: ``scram-sha-256`` for every TCP connection, and a login role ``role``
+  (``tenure``) with that password, allowed to create schemas in the database ``postgres``.
+
+A guarded server's ``dsn`` names ``role`` (no password, no TLS options: the caller adds them);
+the launcher itself talks to it as ``postgres`` over its Unix socket, in an owner-only
+directory (``admin_dsn``).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 import os
 import pwd
 import shutil
@@ -22,6 +40,7 @@ PG_BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/local/bin"))
 PG_USER = "postgres"  # the system account: PostgreSQL refuses to run as root
 HOST = "127.0.0.1"
 PREFIX = "tenure-pg-"
+ROLE = "tenure"  # the login role of a guarded server
 
 
 def free_port(host: str = HOST) -> int:
@@ -36,9 +55,30 @@ class PostgresServer:
 
     BINARIES = ("initdb", "pg_ctl", "postgres")
 
-    def __init__(self, bin_dir: Path = PG_BIN, host: str = HOST) -> None:
+    def __init__(
+        self,
+        bin_dir: Path = PG_BIN,
+        host: str = HOST,
+        *,
+        ssl_cert_file: Path | None = None,
+        ssl_key_file: Path | None = None,
+        ssl_ca_file: Path | None = None,
+        client_cert: bool = False,
+        password: str | None = None,
+        role: str = ROLE,
+    ) -> None:
+        if (ssl_cert_file is None) != (ssl_key_file is None):
+            raise ValueError("ssl_cert_file and ssl_key_file go together")
+        if ssl_ca_file is not None and ssl_cert_file is None:
+            raise ValueError("ssl_ca_file needs ssl_cert_file and ssl_key_file")
+        if client_cert and ssl_ca_file is None:
+            raise ValueError("client_cert needs ssl_ca_file (the CA of client certificates)")
         self.bin_dir = bin_dir
         self.host = host
+        self.ssl_files = {"cert": ssl_cert_file, "key": ssl_key_file, "ca": ssl_ca_file}
+        self.client_cert = client_cert
+        self.password = password
+        self.role = role
         self.port: int | None = None  # chosen at the first start, kept across restarts
         self.root: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -51,10 +91,28 @@ class PostgresServer:
         return [b for b in cls.BINARIES if not os.access(bin_dir / b, os.X_OK)]
 
     @property
+    def guarded(self) -> bool:
+        """TLS or a password: not the default open server."""
+        return self.ssl or self.password is not None
+
+    @property
+    def ssl(self) -> bool:
+        return self.ssl_files["cert"] is not None
+
+    @property
     def dsn(self) -> str:
         if self.port is None:
             raise RuntimeError("PostgresServer was never started")
-        return f"postgresql://{PG_USER}@{self.host}:{self.port}/postgres"
+        user = self.role if self.guarded else PG_USER
+        return f"postgresql://{user}@{self.host}:{self.port}/postgres"
+
+    @property
+    def admin_dsn(self) -> str:
+        """The superuser over the Unix socket: works whatever TCP demands."""
+        if self.port is None or self.root is None:
+            raise RuntimeError("PostgresServer was never started")
+        sock = self.root / "sock"
+        return f"host={sock} port={self.port} user={PG_USER} dbname=postgres"
 
     @property
     def data_dir(self) -> Path:
@@ -178,6 +236,32 @@ class PostgresServer:
         )
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stderr.strip()}")
+        if self.guarded:
+            self._guard(root)
+
+    def _guard(self, root: Path) -> None:
+        """Copy the TLS files where the server can read them, and allow only what was asked."""
+        (root / "sock").chmod(0o700)  # the superuser's trusted socket: the server's user only
+        if self.ssl:
+            (root / "tls").mkdir(mode=0o700)
+            for name, source in self.ssl_files.items():
+                if source is not None:
+                    target = root / "tls" / f"{name}.pem"
+                    shutil.copyfile(source, target)
+                    target.chmod(0o600)  # the server refuses a key others can read
+            self._chown_to_pg_user(root / "tls", *(root / "tls").iterdir())
+        method = "trust" if self.password is None else "scram-sha-256"
+        lines = ["local all all trust"]
+        kind = "hostssl" if self.ssl else "host"
+        extra = " clientcert=verify-full" if self.client_cert else ""
+        lines.append(f"{kind} all all samehost {method}{extra}")
+        (root / "data" / "pg_hba.conf").write_text("\n".join(lines) + "\n")
+
+    def _chown_to_pg_user(self, *paths: Path) -> None:
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam(PG_USER)
+            for path in paths:
+                os.chown(path, pw.pw_uid, pw.pw_gid)
 
     def _launch(self, timeout: float) -> None:
         assert self.root is not None and self.port is not None
@@ -192,6 +276,11 @@ class PostgresServer:
             "-c",
             f"unix_socket_directories={self.root / 'sock'}",
         ]
+        if self.ssl:
+            argv += ["-c", "ssl=on"]
+            for name, given in self.ssl_files.items():
+                if given is not None:
+                    argv += ["-c", f"ssl_{name}_file={self.root / 'tls' / f'{name}.pem'}"]
         with open(self.log_path, "ab") as log:
             # A new session: the postmaster and its backends share one process group to kill.
             self.proc = subprocess.Popen(
@@ -217,7 +306,9 @@ class PostgresServer:
                     raise _PortTaken
                 raise RuntimeError(f"postgres exited at start; log: {log}")
             try:
-                psycopg.connect(self.dsn, connect_timeout=2).close()
+                psycopg.connect(self._ready_dsn, connect_timeout=2).close()
+                if self.guarded:
+                    self._make_role()
                 return
             except psycopg.OperationalError as e:
                 if time.monotonic() > deadline:
@@ -227,6 +318,26 @@ class PostgresServer:
                         f"postgres not ready after {timeout}s; log: {self._log()}"
                     ) from e
                 time.sleep(0.05)
+
+    @property
+    def _ready_dsn(self) -> str:
+        return self.admin_dsn if self.guarded else self.dsn
+
+    def _make_role(self) -> None:
+        """The login role (again after a restart: same result), with the password's SCRAM
+        verifier only: the password itself never reaches the server or its log."""
+        import psycopg
+        from psycopg import sql
+
+        secret = sql.SQL(" PASSWORD {}").format(
+            sql.Literal(scram_verifier(self.password)) if self.password is not None else sql.NULL
+        )
+        role = sql.Identifier(self.role)
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (self.role,))
+            verb = sql.SQL("ALTER" if exists.fetchone() else "CREATE")
+            conn.execute(sql.SQL("{} ROLE {} LOGIN").format(verb, role) + secret)
+            conn.execute(sql.SQL("GRANT CREATE ON DATABASE postgres TO {}").format(role))
 
     def _postmaster_pid(self) -> int | None:
         try:
@@ -272,6 +383,21 @@ class PostgresServer:
 
 class _PortTaken(Exception):
     pass
+
+
+def scram_verifier(password: str, iterations: int = 4096) -> str:
+    """PostgreSQL's stored form of a SCRAM-SHA-256 password (RFC 5802/7677; an ASCII password
+    needs no SASLprep), so that ``CREATE ROLE`` never carries the password itself."""
+    salt = os.urandom(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
 
 
 def _group_alive(pgid: int) -> bool:
