@@ -92,13 +92,13 @@ def open_client(store: str | None, label: str, require: Grade | None, quiet: boo
 
 
 def child_url(store: str | None, client: Client) -> str:
-    """The store URL a command gets in $TENURE_STORE: ``client.url`` hides a password, so a
-    URL that carries one is passed on as the user gave it (the command is theirs)."""
+    """The store URL a command gets in $TENURE_STORE: the embedded store's absolute path, else
+    the URL as the user gave it — ``client.url`` shows ``***`` for a password (the command is
+    theirs, and a password from $TENURE_PASSWORD reaches it in its environment anyway)."""
     from .._url import resolve_url
-    from ..stores._connect import redact
 
     given = resolve_url(store)
-    return given if redact(given) != given else client.url
+    return client.url if given.lower().startswith("sqlite:") else given
 
 
 class _Commands(click.Group):

@@ -1,4 +1,5 @@
-"""The ZooKeeper store: ``zookeeper://host:port[,host:port…][/chroot]`` (default ``/tenure``).
+"""The ZooKeeper store: ``zookeeper://[user:password@]host:port[,host:port…][/chroot]``
+(default chroot ``/tenure``), with ``?tls=true``, ``ca``, ``cert``, ``key`` (`._connect`).
 
 Spoken with kazoo, through its ``*_async`` calls only: each result is handed to the waiting event
 loop thread-safely (``_result``), and kazoo's watch callbacks only set events or issue further
@@ -42,6 +43,37 @@ async core on its own loop thread) work unchanged.
   it: a grant whose node already carries a value (data version > 0) is still reported as the
   grant (value None) then the value, but two values set within one round trip, or a whole term
   granted and released within one, may be missed. Events never come out of order.
+- **TLS** (against a server's ``secureClientPort``, Netty's): tenure's own ``ssl`` context,
+  through a kazoo handler whose sockets it wraps (`_tls_handler`): ``ca`` alone, else the
+  system's roots; the client certificate (``cert``, its key in ``key`` or in the same file);
+  the host name as written in the URL checked against the certificate. kazoo's own TLS
+  (``use_ssl``) can check host names (``check_hostname``, off by default) but always trusts the
+  system's roots beside ``ca`` and shows no certificate without a separate key file: not used.
+  kazoo logs a failed handshake and tries again forever; the connection kept here records each
+  server's last TLS failure (the ``SSLError`` behind kazoo's ``ConnectionDropped``), and a
+  connect gives up as soon as every server has failed one: ``StoreUnavailable("TLS failed:
+  certificate verify failed …")`` in milliseconds rather than a time-out.
+- **Authentication: digest** ``user:password``, sent by kazoo on every connection (again after
+  each reconnection: a connection's identity is not its session's). Every node tenure makes
+  (the chroot and its parents, ``locks``, ``records``, lock queues and their nodes, records)
+  gets the ACL of that identity alone (``make_digest_acl(user, password, all=True)``), so other
+  clients of the ensemble, without credentials or with other ones, can neither read, delete
+  nor forge them (deleting the chroot itself is for its parent's ACL to allow, but tenure never
+  leaves it empty). ZooKeeper accepts any digest at connect; wrong credentials are refused at
+  the first access. So a store with credentials first makes its three namespace nodes if
+  missing and reads their ACLs, once (`_guard`): no access is one line, ``StoreUnavailable``
+  ("authentication failed for user 'x' (no access to /chroot) …"), as the other stores say of
+  wrong credentials and as it is when another user owns the chroot; a node that others may
+  change (made before credentials were used) is ``InvalidArgument``: a setting to fix, with
+  the fix. Without credentials nodes keep ZooKeeper's open ACL, as before; a ``NoAuth`` at any
+  later request is the same one line, never retried. The server reads a digest with its JVM's
+  default charset: UTF-8 from Java 18 on, before only with ``-Dfile.encoding=UTF-8`` (else a
+  password beyond ASCII never matches). kazoo's debug log shows the digest request: the
+  passwords in use are masked in its records (`_Scrub`).
+- **Namespaces.** A chroot with a segment ``locks`` or ``records`` is refused: ``/a/locks``
+  would be chroot ``/a``'s lock named ``locks``. Names and record keys are percent-encoded into
+  one segment of ASCII (`_encode`): ``a/b``, ``..``, ``../x`` are single children of ``locks``,
+  never a path.
 - **Records** (``tenure once``) are persistent nodes ``<chroot>/records/<percent-encoded key>``
   (one level: the key keeps no ``/``), beside ``<chroot>/locks``; the node's data is the value,
   and the record's version is the node's data version + 1 (ZooKeeper's count from 0). A create
@@ -63,6 +95,8 @@ import json
 import logging
 import re
 import secrets
+import socket
+import ssl
 import threading
 import time
 import weakref
@@ -70,13 +104,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import anyio
 import sniffio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._connect import NO_OPTIONS, ConnectOptions
+from ._connect import NO_OPTIONS, ConnectOptions, resolve, tls_failure
 from ._spi import (
     Busy,
     Capabilities,
@@ -98,9 +132,35 @@ DEFAULT_PORT = 2181
 DEFAULT_CHROOT = "/tenure"
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 _CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+_RESERVED = ("locks", "records")
+"""Chroot segments refused: tenure's own children of a chroot (a chroot ``/a/locks`` would be
+the lock named ``locks`` of chroot ``/a``)."""
 _SEQUENCE = re.compile(r"-(\d{10})$")
+
+
+class _Scrub(logging.Filter):
+    """Masks the passwords in use in kazoo's log records (its DEBUG log shows each request,
+    the digest ``auth`` one with ``user:password`` in it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            masked = text
+            for secret in sorted(self.secrets, key=len, reverse=True):  # "pw" after "my-pw"
+                masked = masked.replace(secret, "***")
+            if masked != text:
+                record.msg, record.args = masked, ()
+        return True
+
+
 _KAZOO_LOG = logging.getLogger("tenure.zookeeper.kazoo")
 _KAZOO_LOG.addHandler(logging.NullHandler())  # kazoo's reconnect chatter: not on stderr
+_SCRUB = _Scrub()
+_KAZOO_LOG.addFilter(_SCRUB)
 READ_SESSION = 10.0
 """Session timeout of the shared connection for reads and watches (kazoo pings it)."""
 
@@ -147,6 +207,7 @@ def _kazoo() -> Any:
         import kazoo.client  # type: ignore[import-untyped]
         import kazoo.exceptions  # type: ignore[import-untyped]
         import kazoo.protocol.connection  # type: ignore[import-untyped]
+        import kazoo.security  # type: ignore[import-untyped]
     except ImportError:  # pragma: no cover - depends on the installation
         raise InvalidArgument(
             "the zookeeper store needs kazoo: pip install 'tenure[zookeeper]'"
@@ -154,8 +215,14 @@ def _kazoo() -> Any:
     return kazoo
 
 
-def _connection_class() -> type:
-    """kazoo's connection, with no pings of its own and no new session after expiry."""
+_CLASSES: dict[str, type] = {}
+
+
+def _connection_classes() -> tuple[type, type]:
+    """kazoo's connection that remembers TLS failures (for the shared reader), and the one of
+    a tenure session: besides, no pings of its own and no new session after expiry."""
+    if _CLASSES:
+        return _CLASSES["watched"], _CLASSES["session"]
     from kazoo.exceptions import ConnectionDropped
     from kazoo.protocol.connection import (
         STOP_CONNECTING,
@@ -163,7 +230,33 @@ def _connection_class() -> type:
     )
     from kazoo.protocol.serialization import Connect  # type: ignore[import-untyped]
 
-    class SessionConnection(ConnectionHandler):  # type: ignore[misc]
+    class WatchedConnection(ConnectionHandler):  # type: ignore[misc]
+        """kazoo logs a failed handshake and tries again forever: the last failure of each
+        server is kept here, for ``_start`` to give up with it."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.tls_failures: dict[tuple[str, int], str] = {}
+
+        def _connect(self, host: str, hostip: str, port: int) -> Any:
+            try:
+                answer = super()._connect(host, hostip, port)
+            except Exception as exc:  # the SSLError is the context of kazoo's ConnectionDropped
+                reason = tls_failure(exc)
+                if reason is not None:
+                    self.tls_failures[(host, port)] = reason
+                raise
+            self.tls_failures.pop((host, port), None)
+            return answer
+
+        def tls_refused(self, everywhere: bool = True) -> str | None:
+            """A TLS failure, once every server's handshake failed (or once any did)."""
+            hosts = {(host, int(port)) for host, port in self.client.hosts}
+            if self.tls_failures and (not everywhere or hosts <= set(self.tls_failures)):
+                return next(iter(self.tls_failures.values()))
+            return None
+
+    class SessionConnection(WatchedConnection):
         negotiated = 0.0
         """The session timeout the server granted (seconds)."""
         ended = False
@@ -189,7 +282,33 @@ def _connection_class() -> type:
                 return STOP_CONNECTING
             return super()._connect_attempt(host, hostip, port, retry)
 
-    return SessionConnection
+    _CLASSES.update(watched=WatchedConnection, session=SessionConnection)
+    return WatchedConnection, SessionConnection
+
+
+def _tls_handler(context: ssl.SSLContext) -> Any:
+    """kazoo's threading handler, its sockets wrapped by ``context``.
+
+    kazoo's own TLS (``use_ssl``) trusts the system's roots in addition to ``ca``, presents no
+    client certificate unless a separate key file is given, and checks no host name by default;
+    this context is tenure's everywhere: ``ca`` alone (else the system's roots), ``cert`` with
+    or without ``key``, the host name as written in the URL always checked.
+    """
+    from kazoo.handlers.threading import SequentialThreadingHandler  # type: ignore[import-untyped]
+    from kazoo.handlers.utils import create_tcp_connection  # type: ignore[import-untyped]
+
+    class TLSHandler(SequentialThreadingHandler):  # type: ignore[misc]
+        def create_connection(
+            self, address: tuple[str, int], hostname: str | None = None, **options: Any
+        ) -> socket.socket:
+            sock = create_tcp_connection(socket, address, timeout=options.get("timeout"))
+            try:  # the handshake, within the socket's connect timeout
+                return context.wrap_socket(sock, server_hostname=hostname or address[0])
+            except BaseException:
+                sock.close()
+                raise
+
+    return TLSHandler()
 
 
 # -- names and paths -----------------------------------------------------------------------
@@ -260,6 +379,28 @@ def _value(log: list[tuple[int, LockInfo]], token: int) -> str | None:
     return next((info.value for _, info in reversed(log) if info.token == token), None)
 
 
+def _credentials(options: ConnectOptions, explicit: bool) -> ConnectOptions:
+    """Digest credentials are a user and a password, or nothing. A password from
+    ``$TENURE_PASSWORD`` alone (no user, not ``explicit``) is some other store's: ignored."""
+    user, password = options.username, options.password
+    if user is None and password is not None:
+        if not explicit:
+            return replace(options, password=None)
+        raise InvalidArgument(
+            "zookeeper store: a password needs a user (digest: zookeeper://user:password@…)"
+        )
+    if user is None:
+        return options
+    if ":" in user:
+        raise InvalidArgument("zookeeper store: a digest user name cannot contain ':'")
+    if not password:
+        raise InvalidArgument(
+            f"zookeeper store: user {user!r} has no password (in the URL, password= or"
+            " $TENURE_PASSWORD)"
+        )
+    return options
+
+
 # -- sessions and tickets --------------------------------------------------------------------
 
 
@@ -320,6 +461,10 @@ class _Gone(Exception):
     """The session expired (or was closed)."""
 
 
+class _NoAccess(StoreUnavailable):
+    """A node's ACL refused us: sending the request again cannot help."""
+
+
 # -- the store -------------------------------------------------------------------------------
 
 
@@ -339,9 +484,18 @@ class ZooKeeperStore(Store):
         ),
     )
 
-    def __init__(self, hosts: list[str], chroot: str = DEFAULT_CHROOT) -> None:
+    def __init__(
+        self, hosts: list[str], chroot: str = DEFAULT_CHROOT, options: ConnectOptions = NO_OPTIONS
+    ) -> None:
         self.hosts = hosts
         self.chroot = chroot
+        self._options = options
+        self._tls = options.ssl_context() if options.use_tls else None
+        self._user = options.username if options.username and options.password else None
+        if self._user is not None and options.password:
+            _SCRUB.secrets.add(options.password)
+        self._guarded = False
+        """The namespace's ACLs were checked (with credentials only): once per store."""
         self._root = f"{chroot}/locks"
         self._records = f"{chroot}/records"
         self._reader: KazooClient | None = None
@@ -356,9 +510,13 @@ class ZooKeeperStore(Store):
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> ZooKeeperStore:
+        # No message here quotes the URL, only parts after its user info, which a password
+        # cannot reach: an '@' after the hosts (a password with a raw '/', '?' or '#' in it)
+        # is refused first.
         def bad(why: str) -> InvalidArgument:
             return InvalidArgument(
-                f"bad zookeeper store URL: {why} (use zookeeper://host:port[,host:port…][/chroot])"
+                f"bad zookeeper store URL: {why} (use zookeeper://[user:password@]host:port"
+                "[,host:port…][/chroot][?tls=true&ca=…&cert=…&key=…])"
             )
 
         try:
@@ -367,12 +525,15 @@ class ZooKeeperStore(Store):
             raise bad("not a URL") from None
         if parts.scheme.lower() != "zookeeper":
             raise bad("the scheme is not zookeeper")
-        if parts.query or parts.fragment or "@" in parts.netloc:
-            raise bad("no user, query or fragment allowed")
-        if not parts.netloc:
+        if "@" in parts.path + parts.query + parts.fragment:
+            raise bad("'@' after the hosts (percent-encode '/', '?', '#' and '@' in a password)")
+        if parts.fragment:
+            raise bad("no fragment allowed")
+        netloc = parts.netloc.rpartition("@")[2]
+        if not netloc:
             raise bad("no host")
         hosts = []
-        for item in parts.netloc.split(","):
+        for item in netloc.split(","):
             host, port = item, str(DEFAULT_PORT)
             if ":" in item and not item.endswith("]"):
                 host, _, port = item.rpartition(":")
@@ -387,17 +548,129 @@ class ZooKeeperStore(Store):
             raise bad(f"bad chroot {chroot!r} (/segments of letters, digits, '_', '.', '-')")
         if segments[0] == "zookeeper":
             raise bad("the chroot /zookeeper is ZooKeeper's own")
-        return cls(hosts, chroot)
+        reserved = [s for s in segments if s in _RESERVED]
+        if reserved:
+            raise bad(
+                f"the chroot {chroot!r} has a segment {reserved[0]!r}: it would fall inside"
+                " another chroot's locks or records"
+            )
+        resolved, rest = resolve(url, "zookeeper", options)
+        if rest:
+            raise bad(f"unknown option {rest[0][0]!r} (only tls, ca, cert and key)")
+        explicit = options.password is not None or parts.password is not None
+        return cls(hosts, chroot, _credentials(resolved, explicit))
 
     @property
     def url(self) -> str:
-        return f"zookeeper://{','.join(self.hosts)}{self.chroot}"
+        """The URL to reach this store again: its password shown as ``***``; TLS and its
+        files (their paths, never their contents) in the query."""
+        user = "" if self._user is None else f"{quote(self._user, safe='')}:***@"
+        query = ""
+        if self._tls is not None:  # the files say TLS; without any: tls=true
+            files = [(n, getattr(self._options, n)) for n in ("ca", "cert", "key")]
+            query = "?" + (urlencode([(n, f) for n, f in files if f], safe="/") or "tls=true")
+        return f"zookeeper://{user}{','.join(self.hosts)}{self.chroot}{query}"
 
     def _parent(self, name: str) -> str:
         return f"{self._root}/{_encode(name)}"
 
     def _unavailable(self, what: object) -> StoreUnavailable:
         return StoreUnavailable(f"zookeeper at {', '.join(self.hosts)}: {what}")
+
+    def _cannot_connect(self, exc: StoreUnavailable) -> StoreUnavailable:
+        why = str(exc)
+        if why.startswith("TLS failed") and "alert" in why and not self._options.cert:
+            why += " (the server refused this client: does it demand a client certificate?)"
+        return self._unavailable(why)
+
+    def _denied(self, path: str) -> _NoAccess:
+        """A node's ACL refused a request: with credentials, they are wrong (ZooKeeper's digest
+        accepts any at connect and refuses at the first access), or the chroot is another
+        user's; without, the chroot is some user's."""
+        if self._user is not None:
+            why = (
+                f"authentication failed for user {self._user!r} (no access to {path}): a wrong"
+                " password, or the chroot belongs to another user"
+            )
+        else:
+            why = f"no access to {path}: its ACL admits a ZooKeeper user only (give user:password)"
+        return _NoAccess(f"zookeeper at {', '.join(self.hosts)}: {why}")
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _client(self, timeout: float, retry: dict[str, float], connection: type) -> KazooClient:
+        """A kazoo client with this store's TLS and credentials: every node it creates gets
+        the ACL of this digest identity alone (without credentials, ZooKeeper's open ACL).
+        kazoo sends the credentials again on every reconnection (a ZooKeeper connection's
+        identity is not its session's)."""
+        k = _kazoo()
+        extra: dict[str, object] = {}
+        if self._tls is not None:
+            extra["handler"] = _tls_handler(self._tls)
+        if self._user is not None:
+            password = self._options.password
+            assert password is not None
+            acl = k.security.make_digest_acl(self._user, password, all=True)
+            extra.update(auth_data=[("digest", f"{self._user}:{password}")], default_acl=[acl])
+        client = k.client.KazooClient(
+            hosts=",".join(self.hosts),
+            timeout=timeout,
+            logger=_KAZOO_LOG,
+            connection_retry={"max_tries": -1, **retry},
+            **extra,
+        )
+        client._connection = connection(client, client._conn_retry.copy(), logger=client.logger)
+        return client
+
+    async def _guard(self, client: KazooClient) -> None:
+        """With credentials, once per store: make the chroot and its ``locks`` and ``records``
+        if missing (with this user's ACL), then check that each is this user's alone. Nodes
+        that others may change (made before credentials were used, or by someone else) would
+        let them delete or forge its locks. Made before they are read: from then on the chroot
+        is never empty, so nobody can delete and replace it (deleting a node is its parent's
+        ACL's to allow: for ``/``, by ZooKeeper's default, anyone's). Wrong credentials show
+        here, as no access."""
+        if self._user is None or self._guarded:
+            return
+        k = _kazoo()
+        password = self._options.password
+        assert password is not None
+        mine = k.security.make_digest_acl(self._user, password, all=True).id
+        await self._guarded_answer(self.chroot, client.ensure_path_async(self.chroot))
+        paths = [self.chroot, self._root, self._records]
+        made = [client.create_async(path) for path in paths[1:]]
+        reads = [client.get_acls_async(path) for path in paths]  # all sent: one round trip
+        for answer in made:
+            with contextlib.suppress(k.exceptions.NodeExistsError):
+                await self._guarded_answer(self.chroot, answer)  # no access to the chroot
+        for path, answer in zip(paths, reads, strict=True):
+            acls, _ = await self._guarded_answer(path, answer)
+            self._judge(path, acls, mine, ~k.security.Permissions.READ)
+        self._guarded = True
+
+    async def _guarded_answer(self, path: str, pending: IAsyncResult) -> Any:
+        k = _kazoo()
+        try:
+            with anyio.fail_after(5.0):
+                return await _result(pending)
+        except k.exceptions.NoAuthError:
+            raise self._denied(path) from None
+        except k.exceptions.NodeExistsError:
+            raise
+        except (TimeoutError, k.exceptions.KazooException) as exc:
+            raise self._unavailable(f"checking the ACL of {path}: {type(exc).__name__}") from None
+
+    def _judge(self, path: str, acls: list[Any], mine: Any, writes: int) -> None:
+        """Refuse a node whose ACL lets anyone but this user change it, or not this user."""
+        others = sorted({a.id.scheme for a in acls if a.id != mine and a.perms & writes})
+        if others:
+            raise InvalidArgument(
+                f"zookeeper store: others than user {self._user!r} may change {path}"
+                f" ({', '.join(others)}: made without these credentials?), so they could delete"
+                " or forge its locks: set its ACL to this user's digest only, or use a new chroot"
+            )
+        if not any(a.id == mine for a in acls):
+            raise self._denied(path)
 
     # -- talking to kazoo ------------------------------------------------------------------
 
@@ -422,6 +695,8 @@ class ZooKeeperStore(Store):
                 raise self._unavailable(f"connection lost ({type(exc).__name__})") from None
             except k.exceptions.OperationTimeoutError:
                 raise self._unavailable("operation timed out") from None
+            except k.exceptions.NoAuthError:
+                raise self._denied(self.chroot) from None
         if session.client.connected:  # stuck on a server that does not answer (paused)
             session.client._call(k.protocol.connection._CONNECTION_DROP, None)
         raise self._unavailable(f"no answer within {session.patience:.2g}s")
@@ -433,6 +708,8 @@ class ZooKeeperStore(Store):
         while True:
             try:
                 return await self._session_call(session, request)
+            except _NoAccess:
+                raise
             except StoreUnavailable:
                 if time.monotonic() > give_up:
                     raise
@@ -441,13 +718,9 @@ class ZooKeeperStore(Store):
     def _reader_client(self) -> KazooClient:
         with self._reader_lock:
             if self._reader is None:
-                k = _kazoo()
-                client = k.client.KazooClient(
-                    hosts=",".join(self.hosts),
-                    timeout=READ_SESSION,
-                    logger=_KAZOO_LOG,
-                    connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 1.0},
-                )
+                watched, _ = _connection_classes()
+                retry = {"delay": 0.05, "max_delay": 1.0}
+                client = self._client(READ_SESSION, retry, watched)
                 client.add_listener(self._on_reader_state)
                 self._reader = client
             return self._reader
@@ -466,16 +739,19 @@ class ZooKeeperStore(Store):
                 try:
                     await anyio.to_thread.run_sync(_start, client, 5.0, abandon_on_cancel=True)
                 except StoreUnavailable as exc:
-                    raise self._unavailable(exc) from None
+                    raise self._cannot_connect(exc) from None
                 self._reader_started = True
+                await self._guard(client)
                 return client
         # Started once, it reconnects by itself (unlimited retries). Starting it again would
         # wait for the running connection loop to stop, which it never does.
         with anyio.move_on_after(5.0):
             while not client.connected:
                 await anyio.sleep(0.02)
+            await self._guard(client)
             return client
-        raise self._unavailable("no server answers")
+        why = client._connection.tls_refused(everywhere=False) or "no server answers"
+        raise self._unavailable(why)
 
     async def _read(self, request: Callable[[KazooClient], IAsyncResult]) -> Any:
         """A read on the shared connection; sent again through connection losses for a while."""
@@ -492,24 +768,15 @@ class ZooKeeperStore(Store):
                 await anyio.sleep(0.05)
             except k.exceptions.ConnectionClosedError:
                 raise self._unavailable("connection closed") from None
+            except k.exceptions.NoAuthError:
+                raise self._denied(self.chroot) from None
 
     # -- sessions --------------------------------------------------------------------------
 
     async def open_session(self, ttl: float, owner: Owner) -> Session:
-        k = _kazoo()
-        client = k.client.KazooClient(
-            hosts=",".join(self.hosts),
-            timeout=ttl,
-            logger=_KAZOO_LOG,
-            connection_retry={
-                "max_tries": -1,
-                "delay": 0.02,
-                "backoff": 1.5,
-                "max_delay": max(0.05, min(1.0, ttl / 4)),
-            },
-        )
-        connection = _connection_class()(client, client._conn_retry.copy(), logger=client.logger)
-        client._connection = connection
+        retry = {"delay": 0.02, "backoff": 1.5, "max_delay": max(0.05, min(1.0, ttl / 4))}
+        client = self._client(ttl, retry, _connection_classes()[1])
+        connection = client._connection
 
         def on_state(state: str) -> None:  # kazoo's thread: the session is over for good
             if state == "LOST" and connection.negotiated:
@@ -519,7 +786,13 @@ class ZooKeeperStore(Store):
         try:
             await anyio.to_thread.run_sync(_start, client, max(2.0, min(10.0, ttl)))
         except StoreUnavailable as exc:
-            raise self._unavailable(exc) from None
+            raise self._cannot_connect(exc) from None
+        try:
+            await self._guard(client)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_stop, client)
+            raise
         granted = connection.negotiated
         if granted < ttl - 1e-3:
             await anyio.to_thread.run_sync(_stop, client)
@@ -613,6 +886,8 @@ class ZooKeeperStore(Store):
             except k.exceptions.NoNodeError:
                 await self._settled(session, lambda: client.ensure_path_async(parent))
                 continue
+            except _NoAccess:
+                raise
             except StoreUnavailable:
                 look_first = True
                 if time.monotonic() > give_up:
@@ -775,6 +1050,8 @@ class ZooKeeperStore(Store):
             raise self._unavailable("no answer") from None
         except k.exceptions.ConnectionClosedError:
             raise self._unavailable("connection closed") from None
+        except k.exceptions.NoAuthError:
+            raise self._denied(self.chroot) from None
 
     # -- leader election -------------------------------------------------------------------
 
@@ -855,6 +1132,8 @@ class ZooKeeperStore(Store):
             data, stat = await self._synced_read(lambda c: c.get_async(path))
         except k.exceptions.NoNodeError:
             return None
+        except k.exceptions.NoAuthError:
+            raise self._denied(self._records) from None
         except k.exceptions.KazooException as exc:
             raise self._unavailable(f"reading record {key!r}: {type(exc).__name__}") from None
         return Record(key, bytes(data or b"").decode(errors="replace"), int(stat.version) + 1)
@@ -879,6 +1158,8 @@ class ZooKeeperStore(Store):
             return None  # a version of a record that does not exist
         except TimeoutError:
             raise self._unavailable("no answer to a record's write (it may apply)") from None
+        except k.exceptions.NoAuthError:
+            raise self._denied(self._records) from None
         except k.exceptions.KazooException as exc:
             raise self._unavailable(
                 f"writing record {key!r}: {type(exc).__name__} (it may have applied)"
@@ -890,6 +1171,8 @@ class ZooKeeperStore(Store):
             children = await self._synced_read(lambda c: c.get_children_async(self._records))
         except k.exceptions.NoNodeError:
             return []
+        except k.exceptions.NoAuthError:
+            raise self._denied(self._records) from None
         except k.exceptions.KazooException as exc:
             raise self._unavailable(f"listing records: {type(exc).__name__}") from None
         named = sorted(
@@ -906,6 +1189,8 @@ class ZooKeeperStore(Store):
                 data, stat = await self._answer(pending)
             except k.exceptions.NoNodeError:
                 continue
+            except k.exceptions.NoAuthError:
+                raise self._denied(self._records) from None
             except k.exceptions.KazooException as exc:
                 raise self._unavailable(f"reading record {key!r}: {type(exc).__name__}") from None
             value = bytes(data or b"").decode(errors="replace")
@@ -1122,11 +1407,28 @@ def _same(pending: IAsyncResult) -> IAsyncResult:
 
 
 def _start(client: KazooClient, timeout: float) -> None:
-    """Connect (in a worker thread: kazoo's ``start`` blocks)."""
+    """Connect (in a worker thread: it blocks), within ``timeout``. kazoo would try forever;
+    once every server has failed the TLS handshake, this gives up at once and says why: a
+    certificate that does not verify does not get better by trying again."""
+    client._connection.tls_failures.clear()  # a failure before a restart is not news
     try:
-        client.start(timeout=timeout)
-    except Exception as exc:  # kazoo's timeout, or a socket error
+        live = client.start_async()
+        give_up = time.monotonic() + timeout
+        refused = None
+        while not live.wait(0.02) and time.monotonic() < give_up:
+            refused = client._connection.tls_refused()
+            if refused is not None:
+                break
+    except Exception as exc:  # a socket error
+        _stop(client)
         raise StoreUnavailable(f"cannot connect ({type(exc).__name__}: {exc})") from None
+    if client.connected:
+        return
+    refused = refused or client._connection.tls_refused(everywhere=False)
+    _stop(client)
+    if refused is not None:
+        raise StoreUnavailable(refused)
+    raise StoreUnavailable(f"cannot connect (no server answered within {timeout:g}s)")
 
 
 def _stop(client: KazooClient) -> None:

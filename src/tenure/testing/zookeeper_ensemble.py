@@ -10,17 +10,29 @@ killed hard leaves an owner file behind, and the next run reaps what that run le
 
 tickTime is 100 ms, so sessions of 0.2 s to 120 s are accepted (a 0.6 s TTL works) and a dead
 leader is replaced within about a second.
+
+``ZooKeeperEnsemble(servers=1, tls=ZooKeeperTLS(server_pem, ca, client_auth="need"))`` serves
+clients over TLS only: Netty's connection factory on ``secureClientPort``, no plain
+``clientPort``, PEM key and trust stores (the key PKCS#8). Debian's zookeeper.jar names only
+part of what Netty's TLS needs in its manifest; `tls_classpath` adds the rest. The readiness
+check (``srvr``) then goes over TLS too, showing ``probe_cert`` (default: the server's own
+certificate, which trustme makes good for client authentication too) when the server demands a
+client certificate. Quorum traffic stays plain: it never leaves the loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ._process import ServerGroup, ServerProcess, reap_orphans
 from .postgres_server import HOST, free_port
@@ -29,6 +41,21 @@ JAVA = Path(os.environ.get("TENURE_JAVA", "/usr/bin/java"))
 ZOOKEEPER_JAR = Path(os.environ.get("TENURE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
 # The jar's manifest names its dependencies; slf4j-simple makes its log go to stderr (our file).
 CLASSPATH = f"{ZOOKEEPER_JAR}:/usr/share/java/slf4j-simple.jar"
+JAVA_LIB = ZOOKEEPER_JAR.parent
+NETTY_JARS = (
+    # Named by zookeeper.jar's manifest …
+    "netty-buffer",
+    "netty-common",
+    "netty-handler",
+    "netty-transport",
+    "netty-transport-native-epoll",
+    # … and what those need but the manifest leaves out (SslHandler is a codec; the bootstrap
+    # resolves addresses; epoll's classes stand on unix-common).
+    "netty-codec",
+    "netty-resolver",
+    "netty-transport-native-unix-common",
+)
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 PREFIX = "tenure-zk-"
 TICK_MS = 100
@@ -36,10 +63,56 @@ MIN_SESSION_MS = 2 * TICK_MS
 MAX_SESSION_MS = 120_000
 
 
-def four_letters(endpoint: str, command: str, timeout: float = 1.0) -> str:
-    """Send a four-letter command (``srvr``, ``ruok``) to ``host:port``; its answer."""
+def tls_classpath() -> str:
+    """The classpath of a server with Netty's TLS (every jar checked by `missing`)."""
+    return ":".join([CLASSPATH, *(str(JAVA_LIB / f"{jar}.jar") for jar in NETTY_JARS)])
+
+
+@dataclass(frozen=True)
+class ZooKeeperTLS:
+    """A TLS-only client port: ``server_pem`` holds the server's PKCS#8 key and certificate,
+    ``ca`` the CA(s) whose client certificates it trusts."""
+
+    server_pem: Path
+    ca: Path
+    client_auth: Literal["need", "want", "none"] = "none"
+    probe_cert: Path | None = None
+    """Key and certificate the readiness check shows (default ``server_pem``)."""
+    server_name: str | None = None
+    """The host name the server's certificate names, if not the address it listens on."""
+
+    def config_lines(self) -> list[str]:
+        return [
+            f"serverCnxnFactory={NETTY_FACTORY}",
+            f"ssl.keyStore.location={self.server_pem}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.ca}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+        ]
+
+    def probe_context(self) -> ssl.SSLContext:
+        """How the launcher itself talks to the server (``srvr``): verified like any client."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.probe_cert or self.server_pem))
+        return context
+
+
+def four_letters(
+    endpoint: str,
+    command: str,
+    timeout: float = 1.0,
+    tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
+) -> str:
+    """Send a four-letter command (``srvr``, ``ruok``) to ``host:port`` (over TLS with ``tls``,
+    the server's certificate checked for ``server_name`` or the host); its answer."""
     host, _, port = endpoint.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=timeout))
+        if tls is not None:
+            name = server_name or host
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=name))
         sock.sendall(command.encode())
         chunks = []
         while chunk := sock.recv(4096):
@@ -72,13 +145,21 @@ class ZooKeeperServer(ServerProcess):
         data = self.dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         (data / "myid").write_text(f"{self.myid}\n")
+        tls = self.ensemble.tls
+        if tls is None:
+            port = [f"clientPort={self.client_port}", f"clientPortAddress={HOST}"]
+        else:  # no clientPort at all: plain connections have nowhere to go
+            port = [
+                f"secureClientPort={self.client_port}",
+                f"secureClientPortAddress={HOST}",
+                *tls.config_lines(),
+            ]
         lines = [
             f"tickTime={TICK_MS}",
             "initLimit=100",
             "syncLimit=20",
             f"dataDir={data}",
-            f"clientPort={self.client_port}",
-            f"clientPortAddress={HOST}",
+            *port,
             f"minSessionTimeout={MIN_SESSION_MS}",
             f"maxSessionTimeout={MAX_SESSION_MS}",
             "4lw.commands.whitelist=srvr,ruok",
@@ -96,9 +177,10 @@ class ZooKeeperServer(ServerProcess):
             "-XX:TieredStopAtLevel=1",  # faster start; plenty for tests
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-Dzookeeper.jmx.log4j.disable=true",
+            "-Dfile.encoding=UTF-8",  # digest credentials beyond ASCII (Java < 18)
             f"-Dtenure.zk.root={self.ensemble.root}",  # lets reap_orphans find us
             "-cp",
-            CLASSPATH,
+            CLASSPATH if self.ensemble.tls is None else tls_classpath(),
             MAIN,
             str(self.dir / "zoo.cfg"),
         ]
@@ -114,9 +196,11 @@ class ZooKeeperServer(ServerProcess):
         """'leader', 'follower' or 'standalone' while serving; None otherwise."""
         if not self.running or self.paused:
             return None
+        tls = self.ensemble.tls
+        context, name = (None, None) if tls is None else (tls.probe_context(), tls.server_name)
         try:
-            answer = four_letters(self.endpoint, "srvr")
-        except OSError:
+            answer = four_letters(self.endpoint, "srvr", tls=context, server_name=name)
+        except OSError:  # ssl.SSLError too: a TLS port not listening yet resets the handshake
             return None
         for line in answer.splitlines():
             if line.startswith("Mode:"):
@@ -142,10 +226,12 @@ class ZooKeeperServer(ServerProcess):
 
 
 class ZooKeeperEnsemble(ServerGroup):
-    """``servers`` ZooKeeper servers forming one ensemble on 127.0.0.1."""
+    """``servers`` ZooKeeper servers forming one ensemble on 127.0.0.1 (clients over TLS only
+    if ``tls`` is given)."""
 
-    def __init__(self, servers: int = 3) -> None:
-        missing = self.missing()
+    def __init__(self, servers: int = 3, *, tls: ZooKeeperTLS | None = None) -> None:
+        self.tls = tls
+        missing = self.missing(tls=tls is not None)
         if missing:
             raise RuntimeError(f"not found: {', '.join(missing)}")
         reap_orphans(PREFIX, lambda root: f"-Dtenure.zk.root={root}\0".encode())
@@ -158,8 +244,11 @@ class ZooKeeperEnsemble(ServerGroup):
         return self.servers
 
     @staticmethod
-    def missing() -> list[str]:
-        return [str(p) for p in (JAVA, ZOOKEEPER_JAR) if not p.exists()]
+    def missing(tls: bool = False) -> list[str]:
+        needed = [JAVA, ZOOKEEPER_JAR]
+        if tls:
+            needed += [JAVA_LIB / f"{jar}.jar" for jar in NETTY_JARS]
+        return [str(p) for p in needed if not p.exists()]
 
     @property
     def server_lines(self) -> list[str]:
@@ -173,7 +262,8 @@ class ZooKeeperEnsemble(ServerGroup):
         for server in self.servers:
             server.write_config()
         for server in self.servers:
-            server.launch()
+            if not server.running:  # started twice (``with`` and ``start``): one JVM each
+                server.launch()
         with ThreadPoolExecutor(len(self.servers)) as pool:
             for done in [pool.submit(s.wait_ready, timeout) for s in self.servers]:
                 done.result()
