@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from secrecy import one_error_line, one_line, run_cli
 
 import tenure
 from tenure import InvalidArgument, StoreUnavailable
@@ -29,7 +29,6 @@ from tenure.stores.postgres import PostgresStore
 from tenure.testing.certs import TLSFiles
 from tenure.testing.postgres_server import PostgresServer, free_port
 
-TENURE = str(Path(sys.executable).with_name("tenure"))
 PASSWORD = "pg-Pa55-" + uuid4().hex[:10]
 CLIENT = "tenure-client"  # the client certificate's common name: verify-full wants it as user
 UNAVAILABLE = 69
@@ -87,28 +86,6 @@ def auth_url(server: PostgresServer, files: TLSFiles, password: str | None = PAS
     return f"postgresql://{user}@{where}?ca={files.ca}&schema={schema()}"
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [TENURE, *args], capture_output=True, text=True, timeout=60, env=environ, check=False
-    )
-
-
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The CLI failed with one `tenure:` line on stderr and no traceback; that line."""
-    assert done.returncode != 0, done.stdout
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tenure: "), done.stderr
-    return lines[0]
-
-
-def one_line(exc: BaseException) -> str:
-    message = str(exc)
-    assert "\n" not in message and PASSWORD not in message
-    return message
-
-
 def round_trip(url: str, **options: Any) -> int:
     """Acquire and release one lock; its token."""
     with tenure.connect(url, **options) as client:
@@ -147,7 +124,7 @@ def test_plain_connections_are_refused(tls_server: PostgresServer, tls_files: TL
     url = f"{tls_server.dsn}?tls=false&schema={schema()}"
     with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
         client.locks()
-    assert "no encryption" in one_line(raised.value)
+    assert "no encryption" in one_line(raised.value, PASSWORD)
 
 
 def test_libpq_names_still_work(tls_server: PostgresServer, tls_files: TLSFiles) -> None:
@@ -168,7 +145,7 @@ def test_tls_without_ca_trusts_the_systems_roots(
     url = tls_url(tls_server, tls_files, ca="", tls="true")
     with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
         client.locks()
-    assert "certificate verify failed" in one_line(raised.value)
+    assert "certificate verify failed" in one_line(raised.value, PASSWORD)
     monkeypatch.setenv("SSL_CERT_FILE", str(tls_files.ca))
     assert round_trip(url) > 0
 
@@ -180,7 +157,7 @@ def test_a_wrong_ca_is_one_line(tls_server: PostgresServer, tls_files: TLSFiles)
     url = tls_url(tls_server, tls_files, ca=str(tls_files.wrong_ca))
     with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
         client.acquire("x", ttl=5)
-    assert "certificate verify failed" in one_line(raised.value)
+    assert "certificate verify failed" in one_line(raised.value, PASSWORD)
     done = run_cli("ls", "--store", url)
     assert done.returncode == UNAVAILABLE
     assert "certificate verify failed" in one_error_line(done)
@@ -192,7 +169,7 @@ def test_a_missing_client_certificate_is_one_line(
     url = tls_url(tls_server, tls_files, cert="", key="")
     with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
         client.acquire("x", ttl=5)
-    assert "requires a valid client certificate" in one_line(raised.value)
+    assert "requires a valid client certificate" in one_line(raised.value, PASSWORD)
     done = run_cli("run", "--store", url, "x", "--", "true")
     assert done.returncode == UNAVAILABLE
     assert "requires a valid client certificate" in one_error_line(done)
@@ -205,7 +182,7 @@ def test_a_client_certificate_of_another_ca_is_one_line(
     url = tls_url(tls_server, tls_files, cert=cert, key=key)
     with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
         client.locks()
-    assert "unknown ca" in one_line(raised.value)
+    assert "unknown ca" in one_line(raised.value, PASSWORD)
 
 
 @pytest.mark.parametrize("name", ["ca", "cert", "sslrootcert", "sslcert"])
@@ -213,7 +190,7 @@ def test_a_missing_file_is_invalid_before_connecting(tmp_path: Path, name: str) 
     url = f"postgresql://u@127.0.0.1:{free_port()}/db?{name}={tmp_path / 'nope.pem'}"
     with pytest.raises(InvalidArgument) as raised:
         tenure.connect(url)
-    assert "does not exist" in one_line(raised.value)
+    assert "does not exist" in one_line(raised.value, PASSWORD)
     assert "does not exist" in one_error_line(run_cli("ls", "--store", url))
 
 
@@ -235,7 +212,7 @@ def test_a_setting_under_both_names_must_agree(tls_files: TLSFiles, query: str, 
     url = f"postgresql://me:{PASSWORD}@127.0.0.1:{free_port()}/db?{query}"
     with pytest.raises(InvalidArgument) as raised:
         tenure.connect(url)
-    assert said in one_line(raised.value)
+    assert said in one_line(raised.value, PASSWORD)
 
 
 def test_common_names_become_libpq_parameters(tls_files: TLSFiles) -> None:
@@ -302,7 +279,7 @@ def test_a_wrong_or_missing_password_is_one_line(
     ]:
         with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
             client.acquire("x", ttl=5)
-        message = one_line(raised.value)
+        message = one_line(raised.value, PASSWORD)
         assert said in message and PASSWORD not in message
         done = run_cli("run", "--store", url, "x", "--", "true")
         assert done.returncode == UNAVAILABLE
@@ -342,7 +319,7 @@ def test_a_bad_schema_name_is_one_line(name: str) -> None:
     url = f"postgresql://me:{PASSWORD}@127.0.0.1:{free_port()}/db?schema={quote(name)}"
     with pytest.raises(InvalidArgument) as raised:
         tenure.connect(url)
-    assert "schema name" in one_line(raised.value)
+    assert "schema name" in one_line(raised.value, PASSWORD)
     assert "schema name" in one_error_line(run_cli("ls", "--store", url))
 
 

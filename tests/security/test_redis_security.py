@@ -12,15 +12,13 @@ separate locks.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+from secrecy import one_error_line, one_line, run_cli
 
 import tenure
 from tenure import InvalidArgument, StoreUnavailable
@@ -29,7 +27,6 @@ from tenure.stores._connect import ConnectOptions
 from tenure.testing.certs import TLSFiles
 from tenure.testing.redis_server import RedisServer, RedisUser
 
-TENURE = str(Path(sys.executable).with_name("tenure"))
 PASSWORD = "pw-Zq81-app1-s3cret"
 OTHER_PASSWORD = "pw-Kx27-app2-s3cret"
 WRONG = "pw-Wr0ng-guess"
@@ -58,35 +55,10 @@ def acl_server() -> Iterator[RedisServer]:
     yield from launch(users=[APP1, APP2, NAMES])
 
 
-def run_cli(*args: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_PASSWORD", "TENURE_STORE")}
-    if password is not None:
-        env["TENURE_PASSWORD"] = password
-    return subprocess.run(
-        [TENURE, *args], capture_output=True, text=True, timeout=60, env=env, check=False
-    )
-
-
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The CLI failed with one ``tenure:`` line on stderr and no traceback; that line."""
-    assert done.returncode != 0, done.stdout
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tenure: "), done.stderr
-    return lines[0]
-
-
 def no_secret(*texts: str) -> None:
     for text in texts:
         for secret in SECRETS:
             assert secret not in text, text
-
-
-def one_line(exc: BaseException) -> str:
-    message = str(exc)
-    assert "\n" not in message
-    no_secret(message)
-    return message
 
 
 def take_and_release(url: str, name: str = "t", **options: str | bool) -> int:
@@ -112,7 +84,7 @@ def failure(url: str, **options: str) -> str:
     """The one-line message of a store that cannot take a lock."""
     with pytest.raises(StoreUnavailable) as raised:
         take_and_release(url, **options)
-    return one_line(raised.value)
+    return one_line(raised.value, *SECRETS)
 
 
 # -- 1. TLS only ---------------------------------------------------------------------------------
@@ -217,7 +189,7 @@ def test_bad_tls_options_are_refused_before_connecting(
     url = url.format(pw=PASSWORD, files=tls_files.directory)
     with pytest.raises(InvalidArgument, match=message) as raised:
         open_store(url, options=ConnectOptions(**options))  # type: ignore[arg-type]
-    one_line(raised.value)
+    one_line(raised.value, *SECRETS)
 
 
 # -- 3. authentication ---------------------------------------------------------------------------

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from secrecy import one_error_line, run_cli
 
 import tenure
 from tenure import InvalidArgument
 
-TENURE = str(Path(sys.executable).with_name("tenure"))
 NOBODY = 65534
 
 
@@ -23,10 +21,7 @@ def mode(path: Path) -> int:
 
 
 def test_the_default_store_is_owner_only(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "TENURE_STORE": ""}
-    done = subprocess.run(
-        [TENURE, "run", "nightly", "--", "true"], env=env, capture_output=True, text=True
-    )
+    done = run_cli("run", "nightly", "--", "true", env={"XDG_STATE_HOME": str(tmp_path / "state")})
     assert done.returncode == 0, done.stderr
     [db] = (tmp_path / "state").rglob("locks.db")
     assert mode(db.parent) == 0o700
@@ -53,14 +48,9 @@ def test_a_directory_others_can_write_is_refused(tmp_path: Path, bits: int) -> N
     with pytest.raises(InvalidArgument, match=r"chmod go-w .*shared"):
         tenure.connect(f"sqlite:///{shared}/s.db")
     assert list(shared.iterdir()) == []  # nothing created
-    done = subprocess.run(
-        [TENURE, "run", "--store", f"sqlite:///{shared}/s.db", "job", "--", "true"],
-        capture_output=True,
-        text=True,
-    )
+    done = run_cli("run", "--store", f"sqlite:///{shared}/s.db", "job", "--", "true")
     assert done.returncode == 2
-    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
-    assert "forge a lock" in done.stderr
+    assert "forge a lock" in one_error_line(done)
     assert list(shared.iterdir()) == []
 
 

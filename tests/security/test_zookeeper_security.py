@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +25,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoAuthError, NotEmptyError  # type: ignore[import-untyped]
 from kazoo.protocol.connection import _CONNECTION_DROP  # type: ignore[import-untyped]
 from kazoo.security import OPEN_ACL_UNSAFE  # type: ignore[import-untyped]
+from secrecy import one_error_line, run_cli
 
 import tenure
 from tenure import InvalidArgument, StoreUnavailable
@@ -37,7 +35,6 @@ from tenure.testing.certs import TLSFiles, _pkcs8
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperTLS, four_letters
 
 pytestmark = pytest.mark.anyio
-TENURE = str(Path(sys.executable).with_name("tenure"))
 PASSWORD = f"pw-{uuid.uuid4().hex}"
 """Unique, so finding it anywhere in an output is a leak, never a coincidence."""
 OTHER_PASSWORD = f"pw-{uuid.uuid4().hex}"
@@ -107,24 +104,6 @@ def fresh_chroot() -> str:
     return f"/t_{uuid.uuid4().hex}"
 
 
-def cli(*args: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`tenure ARGS` to the end; $TENURE_PASSWORD only if ``password`` is given."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TENURE_PASSWORD", "TENURE_STORE")}
-    if password is not None:
-        env["TENURE_PASSWORD"] = password
-    return subprocess.run(
-        [TENURE, *args], capture_output=True, text=True, timeout=60, env=env, check=False
-    )
-
-
-def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode != 0, done.stdout
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tenure: "), done.stderr
-    return lines[0]
-
-
 async def refusal(url: str, error: type[Exception] = StoreUnavailable, **options: Any) -> str:
     """The one-line error that acquiring a lock at ``url`` ends in."""
     store = ZooKeeperStore.from_url(url, ConnectOptions(**options))
@@ -184,7 +163,7 @@ async def test_cli_ls_over_tls(tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles) -
     url = client_url(tls_zk, tls_files)
     async with tenure.connect_async(url) as client:
         lease = await client.acquire("shown", ttl=30, wait=False)
-        done = await anyio.to_thread.run_sync(lambda: cli("ls", "--json", "--store", url))
+        done = await anyio.to_thread.run_sync(lambda: run_cli("ls", "--json", "--store", url))
         assert done.returncode == 0, done.stderr
         [entry] = json.loads(done.stdout)
         assert (entry["name"], entry["token"]) == ("shown", lease.token)
@@ -210,7 +189,7 @@ async def test_a_wrong_ca_fails_in_one_line(tls_zk: ZooKeeperEnsemble, tls_files
     )
     # Said at once, not after a connect timeout: that would say "cannot connect".
     assert "TLS failed: certificate verify failed" in await refusal(url)
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: cli("ls", "--store", url)))
+    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
     assert "TLS failed: certificate verify failed" in line
 
 
@@ -225,7 +204,7 @@ async def test_a_missing_client_certificate_fails_in_one_line(
     url = tls_url(tls_zk, ca=tls_files.ca)
     message = await refusal(url)
     assert "TLS failed" in message and "client certificate" in message
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: cli("ls", "--store", url)))
+    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
     assert "TLS failed" in line
 
 
@@ -250,7 +229,7 @@ def test_a_missing_ca_file_is_refused_before_connecting(tmp_path: Path) -> None:
     missing = tmp_path / "nope.pem"
     with pytest.raises(InvalidArgument, match=r"ca file .* does not exist"):
         ZooKeeperStore.from_url(f"zookeeper://127.0.0.1:1/x?ca={missing}")
-    done = cli("ls", "--store", f"zookeeper://127.0.0.1:1/x?ca={missing}")
+    done = run_cli("ls", "--store", f"zookeeper://127.0.0.1:1/x?ca={missing}")
     assert "does not exist" in one_error_line(done)
 
 
@@ -361,22 +340,22 @@ def test_the_password_is_in_no_cli_output(zookeeper_ensemble: ZooKeeperEnsemble)
     from_env = auth_url(zookeeper_ensemble, f"{USER}@", chroot)
     wrong = auth_url(zookeeper_ensemble, f"{USER}:{PASSWORD}x@", chroot)
     show = 'echo "token=$TENURE_TOKEN"'
-    holding = cli("run", "--store", with_password, "--ttl", "5", "job", "--", "sh", "-c", show)
+    holding = run_cli("run", "--store", with_password, "--ttl", "5", "job", "--", "sh", "-c", show)
     assert holding.returncode == 0, holding.stderr
     assert "token=" in holding.stdout
     runs = [
         holding,
-        cli("run", "--store", from_env, "job", "--", "sh", "-c", show, password=PASSWORD),
-        cli("ls", "--json", "--store", with_password),
-        cli("ls", "--store", from_env, password=PASSWORD),
+        run_cli("run", "--store", from_env, "job", "--", "sh", "-c", show, password=PASSWORD),
+        run_cli("ls", "--json", "--store", with_password),
+        run_cli("ls", "--store", from_env, password=PASSWORD),
     ]
     for done in runs:
         assert done.returncode == 0, done.stderr
         assert PASSWORD not in done.stdout + done.stderr
     for failed in (
-        cli("run", "--store", wrong, "job", "--", "true"),
-        cli("ls", "--json", "--store", wrong),
-        cli("run", "--store", from_env, "job", "--", "true", password=f"x{PASSWORD}"),
+        run_cli("run", "--store", wrong, "job", "--", "true"),
+        run_cli("ls", "--json", "--store", wrong),
+        run_cli("run", "--store", from_env, "job", "--", "true", password=f"x{PASSWORD}"),
     ):
         line = one_error_line(failed)
         assert f"authentication failed for user '{USER}'" in line
