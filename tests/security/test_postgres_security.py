@@ -11,6 +11,7 @@ TLS-only with ``scram-sha-256`` passwords.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -339,3 +340,15 @@ def test_two_schemas_do_not_see_each_others_locks(postgres: PostgresServer) -> N
         with tenure.connect(base + cased) as c:
             assert c.locks() == []
             assert c.acquire("shared", ttl=5, wait=False).token == 1
+
+
+def test_the_password_is_in_no_log_record(
+    auth_server: PostgresServer, tls_files: TLSFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the drivers' too
+    url = auth_url(auth_server, tls_files)
+    assert round_trip(url) > 0
+    with pytest.raises(StoreUnavailable):
+        round_trip(auth_url(auth_server, tls_files, password="not-" + PASSWORD))
+    assert caplog.records  # something was logged, and none of it shows the password
+    assert PASSWORD not in caplog.text

@@ -12,6 +12,7 @@ separate locks.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -324,3 +325,12 @@ def test_redlock_over_two_tls_and_acl_servers(tls_files: TLSFiles) -> None:
         message = failure(url(password=WRONG))
         assert message.count("Redis authentication failed for user 'app1'") == 2
         assert "TLS failed: certificate verify failed" in failure(url(ca=tls_files.wrong_ca))
+
+
+def test_the_password_is_in_no_log_record(
+    acl_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, the driver's too
+    assert take_and_release(acl_url(acl_server, APP1, "app1")) > 0
+    failure(acl_url(acl_server, APP1, "app1", password=WRONG))
+    no_secret(caplog.text)
