@@ -181,15 +181,18 @@ def scrub(text: str, secrets: list[str]) -> str:
 
 
 def tls_failure(exc: BaseException) -> str | None:
-    """A one-line reason if ``exc`` (or what caused it) is a TLS failure, else None."""
+    """A one-line reason if ``exc`` (or what caused it) is a TLS failure, else None. The
+    deepest SSL error of the chain is the reason: closing a failed TLS stream raises a second
+    one ("shutdown while in init") over the server's alert, the real cause."""
     seen: set[int] = set()
+    deepest: ssl.SSLError | None = None
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, ssl.SSLError):
-            return f"TLS failed: {_ssl_reason(current)}"
+            deepest = current
         current = current.__cause__ or current.__context__
-    return None
+    return None if deepest is None else f"TLS failed: {_ssl_reason(deepest)}"
 
 
 def _ssl_reason(exc: BaseException) -> str:

@@ -6,20 +6,36 @@ a member that refuses connections, is paused (no answer within ``request_timeout
 leader is skipped for the next one. A request is sent again only when it provably did not apply
 (no connection) or when the caller says it is idempotent (``retry=True``); every failure leaves
 as ``StoreUnavailable`` (one line) or as ``EtcdError`` (a definite answer, e.g. lease not found).
+
+TLS: ``https://`` to every member, verified with the caller's ``ssl.SSLContext``. A failed
+handshake is a configuration mistake, not a member down: it is tried on each member once (no
+back-off) and then raised as one line ``TLS failed: …``. A server that rejects the client's
+certificate (or its absence) only says so after the TLS 1.3 handshake, so httpx sees a bare
+broken connection; one probe connection then reads the server's alert to tell which it was. The
+same probe tells a plain client that the server speaks only TLS.
+
+Authentication (etcd's simple tokens): ``auth/authenticate`` once, then the token in an
+``Authorization`` header on every request and watch. A token etcd no longer knows ("invalid auth
+token": it expired, ``--auth-token-ttl`` idle seconds, or the member restarted) or one older
+than the last change of users and roles ("revision of auth store is old") is renewed and the
+request sent once more: the refusal means it did not apply.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from .._errors import InvalidArgument, StoreUnavailable
+from ._connect import tls_failure
 
 if TYPE_CHECKING:
     import httpx  # the ``etcd`` extra: imported when a Gateway is made, not with this module
@@ -32,6 +48,12 @@ range, unimplemented, unauthenticated). Every other code ("no leader", "leader c
 "request timed out", "context deadline exceeded" as Unknown…) means: try again, maybe elsewhere."""
 NOT_FOUND = 5
 ALREADY_EXISTS = 9  # etcd answers "lease already exists" with FailedPrecondition
+PERMISSION_DENIED = 7
+UNAUTHENTICATED = 16  # "invalid auth token" (HTTP 401 from the gateway)
+_STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
+_PROBE_WAIT = 0.5
+"""Seconds a TLS probe waits for the server's alert after the handshake (only after a broken
+connection whose cause httpx did not show)."""
 
 
 def b64(data: bytes | str) -> str:
@@ -73,6 +95,9 @@ class Gateway:
         connect_timeout: float = 0.5,
         request_timeout: float = 2.0,
         budget: float = 8.0,
+        tls: ssl.SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.connect_timeout = connect_timeout
@@ -80,6 +105,14 @@ class Gateway:
         self.budget = budget
         """Seconds one call keeps trying (idempotent calls, through an election)."""
         self.current = 0
+        self._tls = tls
+        self._username = username
+        self._password = password
+        self._token: str | None = None
+        """None: not authenticated yet; "": etcd has authentication off (no header sent)."""
+        self._auth_lock: anyio.Lock | None = None
+        self.authentications = 0
+        """Tokens obtained (the first and every renewal): for tests."""
         try:
             import httpx
         except ImportError:
@@ -89,10 +122,14 @@ class Gateway:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+            verify=tls if tls is not None else True,
         )
 
     def _base(self, index: int) -> str:
-        return f"http://{self.endpoints[index]}"
+        return f"{'https' if self._tls else 'http'}://{self.endpoints[index]}"
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
 
     def _skip(self, index: int) -> None:
         """That member failed: the next call goes to the next one (unless moved on already)."""
@@ -110,28 +147,61 @@ class Gateway:
 
         ``timeout``: seconds to wait for one member's answer (default ``request_timeout``).
         """
+        await self._authenticated()
+        token = self._token
+        try:
+            return await self._call(path, body, retry, timeout)
+        except EtcdError as exc:
+            if not token or not _stale_token(str(exc)):
+                raise self._explained(exc, path) from None
+        await self._renew(token)  # refused before it applied: safe to send once more
+        try:
+            return await self._call(path, body, retry, timeout)
+        except EtcdError as exc:
+            raise self._explained(exc, path) from None
+
+    def _explained(self, exc: EtcdError, path: str) -> Exception:
+        """``exc`` as the caller should see it: a missing login is one clear line."""
+        if "user name is empty" in str(exc):
+            return self._unavailable(path, "authentication is on: give a user name and password")
+        return exc
+
+    async def _call(
+        self, path: str, body: JSON, retry: bool, timeout: float | None, login: bool = False
+    ) -> JSON:
+        """``call`` with the current token (none if ``login``: authenticating)."""
         import httpx
 
         per_member = httpx.Timeout(timeout or self.request_timeout, connect=self.connect_timeout)
         give_up = time.monotonic() + self.budget
         failures = 0
         refused = 0  # consecutive members that refused the connection outright
+        tls_failed = 0  # consecutive members whose TLS handshake failed
+        probed: set[int] = set()  # members probed for a hidden TLS refusal (once per call)
+        headers = {} if login else self._headers()
         while True:
             index = self.current
             try:
                 response = await self._http.post(
-                    f"{self._base(index)}/v3/{path}", json=body, timeout=per_member
+                    f"{self._base(index)}/v3/{path}",
+                    json=body,
+                    timeout=per_member,
+                    headers=headers,
                 )
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                problem = _describe(exc)  # not sent: always safe to send elsewhere
-                refused = refused + 1 if isinstance(exc, httpx.ConnectError) else 0
-            except httpx.HTTPError as exc:
-                problem = _describe(exc)
-                refused = 0
-                if not retry:
+            except (httpx.HTTPError, ssl.SSLError) as exc:  # httpx lets some SSL errors out
+                tls = await self._tls_problem(index, exc, probed)
+                problem = tls or _describe(exc)
+                tls_failed = tls_failed + 1 if tls else 0
+                if tls_failed >= len(self.endpoints):  # every member: a mistake, not an outage
+                    raise self._unavailable(path, problem) from None
+                sent = not tls and not isinstance(
+                    exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+                )
+                refused = refused + 1 if isinstance(exc, httpx.ConnectError) and not tls else 0
+                if sent and not retry:
                     raise self._unavailable(path, f"{problem} (outcome unknown)") from None
             else:
-                refused = 0
+                refused = tls_failed = 0
                 answer = _decode(response)
                 if answer is None:
                     problem = f"HTTP {response.status_code} is not an etcd gateway answer"
@@ -147,46 +217,167 @@ class Gateway:
             failures += 1
             if refused >= 2 * len(self.endpoints) or time.monotonic() > give_up:
                 raise self._unavailable(path, problem)
+            if tls_failed:
+                continue  # the next member at once: TLS failures are not worth waiting out
             if failures % len(self.endpoints) == 0:  # every member failed once more: back off
                 await anyio.sleep(min(0.05 * 2 ** (failures // len(self.endpoints)), 0.5))
+
+    # -- TLS -----------------------------------------------------------------------------
+
+    async def _tls_problem(self, index: int, exc: BaseException, probed: set[int]) -> str | None:
+        """One line if ``exc`` is (or hides) a TLS failure at member ``index``, else None."""
+        import httpx
+
+        reason = tls_failure(exc)
+        if reason is not None:
+            return self._hint(reason)
+        hidden = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+        if isinstance(exc, hidden) and index not in probed:
+            probed.add(index)
+            return await self._probe(index)  # closed without a word: maybe a TLS refusal
+        return None
+
+    def _hint(self, reason: str) -> str:
+        if "alert" in reason and self._tls is not None:
+            return f"{reason} (the server refused this client's certificate, or wants one)"
+        return reason
+
+    async def _probe(self, index: int) -> str | None:
+        """Handshake with member ``index`` and wait briefly for an alert: a TLS failure's
+        reason; or, for a plain client, whether the server speaks TLS. None: neither."""
+        host, _, port = self.endpoints[index].rpartition(":")
+        host = host.strip("[]")
+        context = self._tls or _sniffer()
+        try:
+            with anyio.fail_after(self.connect_timeout + _PROBE_WAIT):
+                stream = await anyio.connect_tcp(
+                    host,
+                    int(port),
+                    ssl_context=context,
+                    tls_hostname=host,
+                    tls_standard_compatible=False,  # no close_notify wait on the way out
+                )
+                async with stream:
+                    with anyio.move_on_after(_PROBE_WAIT):
+                        await stream.receive()
+        except Exception as exc:  # any failure: only an SSL error in it tells something
+            reason = tls_failure(exc)
+            if self._tls is not None:
+                return self._hint(reason) if reason else None
+            return _SPEAKS_TLS if reason and "alert" in reason else None
+        return None if self._tls is not None else _SPEAKS_TLS
+
+    # -- authentication ------------------------------------------------------------------
+
+    async def _authenticated(self) -> None:
+        if self._token is None and self._username is not None:
+            await self._renew(None)
+
+    async def _renew(self, stale: str | None) -> None:
+        """A new token, unless another task replaced ``stale`` meanwhile."""
+        if self._auth_lock is None:
+            self._auth_lock = anyio.Lock()
+        async with self._auth_lock:
+            if self._token != stale:
+                return
+            body = {"name": self._username, "password": self._password}
+            try:
+                answer = await self._call("auth/authenticate", body, True, None, login=True)
+            except EtcdError as exc:
+                if "authentication is not enabled" in str(exc):
+                    self._token = ""  # nothing to send; etcd's own client does the same
+                    return
+                if "authentication failed" in str(exc):
+                    where = ", ".join(self.endpoints)
+                    raise StoreUnavailable(
+                        f"etcd authentication failed for user {self._username!r} at {where}:"
+                        " wrong user name or password"
+                    ) from None
+                raise self._unavailable("auth/authenticate", str(exc)) from None
+            self._token = str(answer.get("token") or "")
+            self.authentications += 1
 
     @asynccontextmanager
     async def watch(self, body: JSON) -> AsyncIterator[AsyncIterator[JSON]]:
         """A watch stream on the current member: yields each ``result`` message after creation.
 
         The caller bounds the time (no read timeout here). A broken stream ends the iteration
-        (the member is skipped for later calls); the caller simply attempts again.
+        (the member is skipped for later calls); the caller simply attempts again. A watch
+        refused for a stale token is opened again once with a new one.
         """
         import httpx
 
+        with contextlib.suppress(StoreUnavailable):  # the caller's next call will say why
+            await self._authenticated()
         index = self.current
-        timeout = httpx.Timeout(None, connect=self.connect_timeout)
+        results = self._results(body, index)
         try:
-            async with self._http.stream(
-                "POST", f"{self._base(index)}/v3/watch", json=body, timeout=timeout
-            ) as response:
-                yield self._results(response, index)
-        except httpx.HTTPError:
+            yield results
+        except (httpx.HTTPError, ssl.SSLError):
             self._skip(index)
+        finally:
+            await results.aclose()
 
-    async def _results(self, response: httpx.Response, index: int) -> AsyncIterator[JSON]:
-        if response.status_code != 200:
-            self._skip(index)
-            return
-        async for line in response.aiter_lines():
-            if not line.strip():
-                continue
+    async def _results(self, body: JSON, index: int) -> AsyncGenerator[JSON, None]:
+        import httpx
+
+        timeout = httpx.Timeout(None, connect=self.connect_timeout)
+        for _ in range(2):
+            token = self._token
+            async with self._http.stream(
+                "POST",
+                f"{self._base(index)}/v3/watch",
+                json=body,
+                timeout=timeout,
+                headers=self._headers(),
+            ) as response:
+                if response.status_code != 200:
+                    self._skip(index)
+                    return
+                async for result in _messages(response):
+                    reason = str(result.get("cancel_reason") or "")
+                    if result.get("canceled") and token and _stale_token(reason):
+                        break  # refused at creation: nothing was watched yet
+                    yield result
+                else:
+                    return
             try:
-                message = json.loads(line)
-            except ValueError:
-                return
-            result = message.get("result") if isinstance(message, dict) else None
-            if not isinstance(result, dict):
-                return  # an error message: the stream is over
-            yield result
+                await self._renew(token)
+            except StoreUnavailable:
+                return  # the caller's next call will say why
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+async def _messages(response: httpx.Response) -> AsyncIterator[JSON]:
+    """The ``result`` messages of a watch stream, until it ends or sends an error."""
+    async for line in response.aiter_lines():
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        result = message.get("result") if isinstance(message, dict) else None
+        if not isinstance(result, dict):
+            return  # an error message: the stream is over
+        yield result
+
+
+def _stale_token(message: str) -> bool:
+    return any(text in message for text in _STALE_TOKEN)
+
+
+_SPEAKS_TLS = "the server speaks TLS only: connect with tls=true (and ca=<CA file>)"
+
+
+def _sniffer() -> ssl.SSLContext:
+    """A context that only finds out whether a server speaks TLS (nothing is sent over it)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _decode(response: httpx.Response) -> JSON | None:
@@ -205,6 +396,6 @@ def _error_of(answer: JSON) -> tuple[int, str]:
     return int(answer.get("code", 2)), str(answer.get("message") or error or "error")
 
 
-def _describe(exc: httpx.HTTPError) -> str:
+def _describe(exc: Exception) -> str:
     text = " ".join(str(exc).split())  # one line
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,6 +1,34 @@
-"""The etcd store: ``etcd://host:port[,host:port…][/namespace]`` (default namespace ``tenure``).
+"""The etcd store: ``etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…]``.
 
 Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no gRPC stubs.
+
+- **URL.** Port 2379 if none; namespace ``tenure`` if none (segments of letters, digits, ``_``,
+  ``.``, ``-`` joined by ``/``). The query takes the shared connection options only (``tls``,
+  ``ca``, ``cert``, ``key``; see ``_connect``), anything else is refused; keyword arguments of
+  ``tenure.connect`` override them. ``store.url`` shows ``user:***@`` and the TLS options (file
+  paths, never contents, ``?tls=true`` if no file): never the password.
+- **TLS**: ``https`` to every member, verified against ``ca`` (else the system's roots) and the
+  host name in the URL; ``cert``/``key`` is the client certificate etcd asks for with
+  ``--client-cert-auth``. A failed handshake is tried once per member, with no back-off, then
+  raised as one line (``TLS failed: certificate verify failed …``, or ``… alert bad
+  certificate`` when etcd refuses the client's certificate or its absence): a wrong CA is not
+  retried for the fail-over budget as if the members were down. A plain client talking to a
+  TLS-only member is told so.
+- **Authentication** (etcd users and roles): ``auth/authenticate`` with the user and password
+  gives a simple token, sent as ``Authorization`` on every request and watch. A token etcd
+  forgot (unused for ``--auth-token-ttl``, 300 s by default; or the member restarted: the gateway
+  answers HTTP 401, gRPC code 16 "invalid auth token") or one older than a change of users and
+  roles is renewed and the request sent once more (the refusal means it did not apply). Lease
+  keep-alives need no token in etcd 3.4, so a held lock never depends on one. A wrong password
+  is one line ``etcd authentication failed for user 'x'``; a password without a user name is
+  ``InvalidArgument``; a password from ``$TENURE_PASSWORD`` with no user anywhere is ignored
+  (it may be meant for another store). A user whose roles do not grant readwrite on
+  ``<namespace>/`` gets one line "permission denied for user 'x' in namespace 'y'": give each
+  application its own user and namespace, and one cannot touch another's locks.
+- **Namespaces never overlap.** Every key is under ``<namespace>/locks/`` or
+  ``<namespace>/records/``, so a namespace with a segment ``locks`` or ``records`` is refused:
+  ``a/locks`` would put its keys inside namespace ``a``'s lock named ``locks``. Any other two
+  namespaces are disjoint (``a/b/…`` never starts with ``a/locks/`` or ``a/records/``).
 
 - **Session = one etcd lease.** ``open_session`` grants it (TTL rounded up to whole seconds; the
   lease ID is chosen here, so a retried grant finds its own lease instead of leaking a second
@@ -67,8 +95,8 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
@@ -76,8 +104,25 @@ from urllib.parse import quote, unquote, urlsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._connect import NO_OPTIONS, ConnectOptions
-from ._etcd_gateway import JSON, NOT_FOUND, EtcdError, Gateway, b64, prefix_end, unb64
+from ._connect import (
+    ENV_PASSWORD,
+    NO_OPTIONS,
+    TLS_OPTIONS,
+    ConnectOptions,
+    redact,
+    resolve,
+    url_options,
+)
+from ._etcd_gateway import (
+    JSON,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    EtcdError,
+    Gateway,
+    b64,
+    prefix_end,
+    unb64,
+)
 from ._spi import (
     Busy,
     Capabilities,
@@ -95,7 +140,45 @@ DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+_RESERVED = frozenset({"locks", "records"})
+"""Key segments of tenure's own under a namespace: never a segment of a namespace."""
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
+
+
+def _endpoint(item: str, bad: Callable[[str], InvalidArgument]) -> str:
+    host, port = item, str(DEFAULT_PORT)
+    if ":" in item and not item.endswith("]"):
+        host, _, port = item.rpartition(":")
+    if not _HOST.match(host):
+        raise bad(f"bad host {host!r}")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise bad(f"bad port {port!r}")
+    return f"{host}:{int(port)}"
+
+
+def _credentials(
+    options: ConnectOptions,
+    url: str,
+    given: ConnectOptions,
+    bad: Callable[[str], InvalidArgument],
+) -> ConnectOptions:
+    """Check that a user and a password come together. A password from $TENURE_PASSWORD alone
+    (no user anywhere) is ignored: it may be meant for another store."""
+    explicit = given.password is not None or url_options(url, "etcd")[0].password is not None
+    if options.username is None:
+        if explicit:
+            raise InvalidArgument(
+                "etcd store: a password needs a user name (etcd://user:password@host, or username=)"
+            )
+        return replace(options, password=None)
+    if not options.username:
+        raise bad("the user name is empty")
+    if not options.password:
+        raise bad(
+            f"user {options.username!r} has no password (give it in the URL, as password= or"
+            f" in ${ENV_PASSWORD})"
+        )
+    return options
 
 
 def put_op(key: bytes | str, value: bytes | str, lease: int = 0) -> JSON:
@@ -307,12 +390,23 @@ class EtcdStore(Store):
         notes="token = the lock key's create revision; session = one etcd lease (whole seconds)",
     )
 
-    def __init__(self, endpoints: list[str], namespace: str = DEFAULT_NAMESPACE) -> None:
+    def __init__(
+        self,
+        endpoints: list[str],
+        namespace: str = DEFAULT_NAMESPACE,
+        options: ConnectOptions = NO_OPTIONS,
+    ) -> None:
         self.endpoints = endpoints
         self.namespace = namespace
         self._root = namespace.encode() + b"/locks/"
         self._records = namespace.encode() + b"/records/"
-        self._gw = Gateway(endpoints)
+        self._options = options
+        self._gw = Gateway(
+            endpoints,
+            tls=options.ssl_context() if options.use_tls else None,
+            username=options.username,
+            password=options.password,
+        )
         self.wakeups = 0
         """Watches that fired (a predecessor went away): for tests and metrics."""
         self._ttls: dict[str, tuple[float, float, float]] = {}
@@ -322,34 +416,46 @@ class EtcdStore(Store):
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> EtcdStore:
         def bad(why: str) -> InvalidArgument:
             return InvalidArgument(
-                f"bad etcd store URL {url!r}: {why} (use etcd://host:port[,host:port…][/namespace])"
+                f"bad etcd store URL {redact(url)!r}: {why}"
+                " (use etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…])"
             )
 
         parts = urlsplit(url)
         if parts.scheme.lower() != "etcd":
             raise bad("the scheme is not etcd")
-        if parts.query or parts.fragment or "@" in parts.netloc:
-            raise bad("no user, query or fragment allowed")
-        if not parts.netloc:
+        if parts.fragment:
+            raise bad("no fragment allowed")
+        resolved, rest = resolve(url, "etcd", options)
+        if rest:
+            raise bad(f"unknown option {rest[0][0]!r} (etcd takes {', '.join(TLS_OPTIONS)})")
+        hosts = parts.netloc.rpartition("@")[2]
+        if not hosts:
             raise bad("no host")
-        endpoints = []
-        for item in parts.netloc.split(","):
-            host, port = item, str(DEFAULT_PORT)
-            if ":" in item and not item.endswith("]"):
-                host, _, port = item.rpartition(":")
-            if not _HOST.match(host):
-                raise bad(f"bad host {host!r}")
-            if not port.isdigit() or not 0 < int(port) < 65536:
-                raise bad(f"bad port {port!r}")
-            endpoints.append(f"{host}:{int(port)}")
+        endpoints = [_endpoint(item, bad) for item in hosts.split(",")]
         namespace = unquote(parts.path).strip("/") or DEFAULT_NAMESPACE
         if not _NAMESPACE.match(namespace):
             raise bad(f"bad namespace {namespace!r} (letters, digits, '_', '.', '-', '/')")
-        return cls(endpoints, namespace)
+        if _RESERVED & set(namespace.split("/")):
+            raise bad(
+                f"bad namespace {namespace!r}: 'locks' and 'records' are tenure's own key"
+                " segments (a namespace 'a/locks' would fall inside namespace 'a')"
+            )
+        return cls(endpoints, namespace, _credentials(resolved, url, options, bad))
 
     @property
     def url(self) -> str:
-        return f"etcd://{','.join(self.endpoints)}/{self.namespace}"
+        """The URL without its password, with the TLS options (file paths, not contents)."""
+        user = self._options.username
+        who = f"{quote(user, safe='')}:***@" if user else ""
+        base = f"etcd://{who}{','.join(self.endpoints)}/{self.namespace}"
+        files = [(name, getattr(self._options, name)) for name in ("ca", "cert", "key")]
+        query = "&".join(f"{name}={quote(path)}" for name, path in files if path)
+        if self._options.use_tls:
+            return f"{base}?{query or 'tls=true'}"
+        return base
+
+    def __repr__(self) -> str:
+        return f"EtcdStore({self.url!r})"
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -364,7 +470,14 @@ class EtcdStore(Store):
         return unquote(key[len(self._root) :].split(b"/", 1)[0].decode())
 
     def _error(self, exc: EtcdError) -> StoreUnavailable:
-        return StoreUnavailable(f"etcd at {', '.join(self.endpoints)}: {exc}")
+        where = ", ".join(self.endpoints)
+        if exc.code == PERMISSION_DENIED:
+            who = self._options.username or "(no user)"
+            return StoreUnavailable(
+                f"etcd at {where}: permission denied for user {who!r} in namespace"
+                f" {self.namespace!r} (its role needs readwrite on the prefix '{self.namespace}/')"
+            )
+        return StoreUnavailable(f"etcd at {where}: {exc}")
 
     async def _txn(self, compare: list[JSON], success: list[JSON], failure: list[JSON]) -> JSON:
         body = {"compare": compare, "success": success, "failure": failure}

@@ -5,22 +5,35 @@ trying tenure (``tenure dev-cluster etcd``).
 every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
 find the leader. ``close()`` kills everything and removes the directory; a test run killed hard
 leaves an owner file behind, and the next run reaps what that run left.
+
+For the security tests: ``EtcdCluster(1, tls=files)`` serves clients over TLS only (https on
+127.0.0.1; ``client_cert_auth=True`` also demands a client certificate signed by ``files.ca``;
+peers stay plain http on loopback), ``auth_token_ttl`` sets ``--auth-token-ttl`` (seconds a
+simple token lives unused; at ``log_level="info"`` etcd logs each token it forgets), and
+``enable_auth`` turns on users and roles through the JSON gateway: a root user, and one user
+allowed to read and write one key prefix only.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
+import ssl
 import tempfile
 import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._process import ServerGroup, ServerProcess, reap_orphans
 from .postgres_server import HOST, free_port
+
+if TYPE_CHECKING:
+    from .certs import TLSFiles
 
 ETCD = Path(os.environ.get("TENURE_ETCD", "/usr/bin/etcd"))
 PREFIX = "tenure-etcd-"
@@ -38,7 +51,8 @@ class EtcdMember(ServerProcess):
 
     @property
     def client_url(self) -> str:
-        return f"http://{HOST}:{self.client_port}"
+        scheme = "https" if self.cluster.tls else "http"
+        return f"{scheme}://{HOST}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -71,7 +85,8 @@ class EtcdMember(ServerProcess):
             f"--heartbeat-interval={HEARTBEAT_MS}",
             f"--election-timeout={ELECTION_MS}",
             "--logger=zap",
-            "--log-level=warn",
+            f"--log-level={self.cluster.log_level}",
+            *self.cluster.security_flags(),
         ]
         self.spawn(argv, self.log_path)
 
@@ -86,14 +101,16 @@ class EtcdMember(ServerProcess):
     ) -> dict[str, object]:
         data = json.dumps(body).encode()
         req = urllib.request.Request(self.client_url + path, data=data, method="POST")
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        context = self.cluster.client_context()
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             answer = json.loads(resp.read())
         assert isinstance(answer, dict)
         return answer
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.client_url + "/health", timeout=1) as resp:
+            url, context = self.client_url + "/health", self.cluster.client_context()
+            with urllib.request.urlopen(url, timeout=1, context=context) as resp:
                 return bool(json.loads(resp.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -124,7 +141,21 @@ class EtcdMember(ServerProcess):
 class EtcdCluster(ServerGroup):
     """``members`` etcd processes forming one static cluster on 127.0.0.1."""
 
-    def __init__(self, members: int = 3) -> None:
+    def __init__(
+        self,
+        members: int = 3,
+        *,
+        tls: TLSFiles | None = None,
+        client_cert_auth: bool = False,
+        auth_token_ttl: int | None = None,
+        log_level: str = "warn",
+    ) -> None:
+        if client_cert_auth and tls is None:
+            raise ValueError("client_cert_auth needs tls")
+        self.log_level = log_level
+        self.tls = tls
+        self.client_cert_auth = client_cert_auth
+        self.auth_token_ttl = auth_token_ttl
         if not os.access(ETCD, os.X_OK):
             raise RuntimeError(f"etcd binary not found at {ETCD}")
         reap_orphans(PREFIX, lambda root: f"--data-dir={root}/".encode())
@@ -132,6 +163,56 @@ class EtcdCluster(ServerGroup):
         (self.root / "owner").write_text(str(os.getpid()))
         self.token = uuid.uuid4().hex
         self.members = [EtcdMember(self, i) for i in range(members)]
+
+    def security_flags(self) -> list[str]:
+        """The members' TLS and auth flags (none for a plain cluster)."""
+        flags = []
+        if self.tls is not None:
+            flags += [f"--cert-file={self.tls.server_cert}", f"--key-file={self.tls.server_key}"]
+        if self.tls is not None and self.client_cert_auth:
+            # A trusted CA alone already makes etcd demand client certificates.
+            flags += [f"--trusted-ca-file={self.tls.ca}", "--client-cert-auth"]
+        if self.auth_token_ttl is not None:
+            flags.append(f"--auth-token-ttl={self.auth_token_ttl}")
+        return flags
+
+    def client_context(self) -> ssl.SSLContext | None:
+        """What the launcher itself connects with: the CA, and the client certificate."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return context
+
+    def enable_auth(
+        self, user: str, password: str, prefix: str, root_password: str = "root"
+    ) -> None:
+        """Turn authentication on: ``root`` (all rights, password ``root_password``) and
+        ``user``, whose one role grants read and write on keys starting with ``prefix`` only."""
+        import httpx
+
+        context = self.client_context()
+        key = prefix.encode()
+        grant = {
+            "key": base64.b64encode(key).decode(),
+            "range_end": base64.b64encode(key[:-1] + bytes([key[-1] + 1])).decode(),
+            "permType": "READWRITE",
+        }
+        steps = [
+            ("user/add", {"name": "root", "password": root_password}),
+            ("role/add", {"name": "root"}),
+            ("user/grant", {"user": "root", "role": "root"}),
+            ("user/add", {"name": user, "password": password}),
+            ("role/add", {"name": user}),
+            ("role/grant", {"name": user, "perm": grant}),
+            ("user/grant", {"user": user, "role": user}),
+            ("enable", {}),
+        ]
+        with httpx.Client(verify=context if context else True, timeout=10) as http:
+            for path, body in steps:
+                answer = http.post(f"{self.members[0].client_url}/v3/auth/{path}", json=body)
+                if answer.status_code != 200:
+                    raise RuntimeError(f"etcd auth/{path} failed: {answer.text}")
 
     @property
     def initial_cluster(self) -> str:
