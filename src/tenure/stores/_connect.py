@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
@@ -29,6 +30,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 from .._errors import InvalidArgument
 
 ENV_PASSWORD = "TENURE_PASSWORD"
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 TLS_OPTIONS = ("tls", "ca", "cert", "key")
 SECRET_QUERY = ("password", "sslpassword")
 """Query options whose values are secrets (libpq's password and client key passphrase)."""
@@ -106,6 +108,29 @@ def url_options(url: str, store: str) -> tuple[ConnectOptions, list[tuple[str, s
         options["username"] = unquote(user) or None
         options["password"] = unquote(secret) if colon else None
     return ConnectOptions(**options), rest  # type: ignore[arg-type]
+
+
+def parse_hosts(
+    netloc: str, default_port: int, bad: Callable[[str], InvalidArgument]
+) -> list[tuple[str, int]]:
+    """The ``host[:port]`` list of a URL's network location (after any user info), each
+    checked and named once; ``bad(why)`` makes the error."""
+    hostinfo = netloc.rpartition("@")[2]
+    if not hostinfo:
+        raise bad("no host")
+    hosts: list[tuple[str, int]] = []
+    for item in hostinfo.split(","):
+        host, port = item, str(default_port)
+        if ":" in item and not item.endswith("]"):
+            host, _, port = item.rpartition(":")
+        if not _HOST.match(host):
+            raise bad(f"bad host {host!r}")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise bad(f"bad port {port!r}")
+        if (host, int(port)) in hosts:
+            raise bad(f"{host}:{port} is named twice")
+        hosts.append((host, int(port)))
+    return hosts
 
 
 def resolve(

@@ -52,7 +52,16 @@ except ImportError:  # the 'redis' extra is not installed: parse_url says so
     SSLConnection = object  # type: ignore[assignment,misc]
 
 from .._errors import InvalidArgument, StoreUnavailable
-from ._connect import NO_OPTIONS, TLS_OPTIONS, ConnectOptions, redact, resolve, scrub, tls_failure
+from ._connect import (
+    NO_OPTIONS,
+    TLS_OPTIONS,
+    ConnectOptions,
+    parse_hosts,
+    redact,
+    resolve,
+    scrub,
+    tls_failure,
+)
 from ._spi import Change, LockInfo, Owner
 
 DEFAULT_PORT = 6379
@@ -64,7 +73,6 @@ EVENTS_KEPT = 100
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _KEY_DENIED = "can't access at least one of the keys"
 """Redis 7.0's ACL refusal of a key inside a script (outside one: a NOPERM reply)."""
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 
 SCRIPT = r"""
 local op, P = ARGV[1], ARGV[2]
@@ -364,7 +372,7 @@ def parse_url(
         raise bad(f"the scheme is not {' or '.join(schemes)}")
     if parts.fragment:
         raise bad("no fragment allowed")
-    hosts = _hosts(parts.netloc.rpartition("@")[2], bad)
+    hosts = parse_hosts(parts.netloc, DEFAULT_PORT, bad)
     if len(hosts) > 1 and not many:
         raise bad("one host only (Redlock over several servers: redlock://h1,h2,h3)")
     db_text = parts.path.strip("/") or "0"
@@ -376,24 +384,6 @@ def parse_url(
             raise bad("rediss:// is TLS: tls=false contradicts it (redis:// has no TLS)")
         connect = replace(connect, tls=True)
     return RedisURL(scheme, hosts, int(db_text), _prefix(rest, bad), connect)
-
-
-def _hosts(hostinfo: str, bad: Callable[[str], InvalidArgument]) -> list[tuple[str, int]]:
-    if not hostinfo:
-        raise bad("no host")
-    hosts: list[tuple[str, int]] = []
-    for item in hostinfo.split(","):
-        host, port = item, str(DEFAULT_PORT)
-        if ":" in item and not item.endswith("]"):
-            host, _, port = item.rpartition(":")
-        if not _HOST.match(host):
-            raise bad(f"bad host {host!r}")
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise bad(f"bad port {port!r}")
-        if (host, int(port)) in hosts:
-            raise bad(f"{host}:{port} is named twice")
-        hosts.append((host, int(port)))
-    return hosts
 
 
 def _prefix(query: list[tuple[str, str]], bad: Callable[[str], InvalidArgument]) -> str:

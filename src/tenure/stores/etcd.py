@@ -109,6 +109,7 @@ from ._connect import (
     NO_OPTIONS,
     TLS_OPTIONS,
     ConnectOptions,
+    parse_hosts,
     redact,
     resolve,
     url_options,
@@ -138,22 +139,10 @@ from ._spi import (
 
 DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _RESERVED = frozenset({"locks", "records"})
 """Key segments of tenure's own under a namespace: never a segment of a namespace."""
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
-
-
-def _endpoint(item: str, bad: Callable[[str], InvalidArgument]) -> str:
-    host, port = item, str(DEFAULT_PORT)
-    if ":" in item and not item.endswith("]"):
-        host, _, port = item.rpartition(":")
-    if not _HOST.match(host):
-        raise bad(f"bad host {host!r}")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise bad(f"bad port {port!r}")
-    return f"{host}:{int(port)}"
 
 
 def _credentials(
@@ -428,10 +417,7 @@ class EtcdStore(Store):
         resolved, rest = resolve(url, "etcd", options)
         if rest:
             raise bad(f"unknown option {rest[0][0]!r} (etcd takes {', '.join(TLS_OPTIONS)})")
-        hosts = parts.netloc.rpartition("@")[2]
-        if not hosts:
-            raise bad("no host")
-        endpoints = [_endpoint(item, bad) for item in hosts.split(",")]
+        endpoints = [f"{h}:{p}" for h, p in parse_hosts(parts.netloc, DEFAULT_PORT, bad)]
         namespace = unquote(parts.path).strip("/") or DEFAULT_NAMESPACE
         if not _NAMESPACE.match(namespace):
             raise bad(f"bad namespace {namespace!r} (letters, digits, '_', '.', '-', '/')")

@@ -110,7 +110,7 @@ import anyio
 import sniffio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ._connect import NO_OPTIONS, ConnectOptions, resolve, tls_failure
+from ._connect import NO_OPTIONS, ConnectOptions, parse_hosts, resolve, tls_failure
 from ._spi import (
     Busy,
     Capabilities,
@@ -130,7 +130,6 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 2181
 DEFAULT_CHROOT = "/tenure"
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$|^\[[0-9A-Fa-f:.]+\]$")
 _CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
 _RESERVED = ("locks", "records")
 """Chroot segments refused: tenure's own children of a chroot (a chroot ``/a/locks`` would be
@@ -529,19 +528,7 @@ class ZooKeeperStore(Store):
             raise bad("'@' after the hosts (percent-encode '/', '?', '#' and '@' in a password)")
         if parts.fragment:
             raise bad("no fragment allowed")
-        netloc = parts.netloc.rpartition("@")[2]
-        if not netloc:
-            raise bad("no host")
-        hosts = []
-        for item in netloc.split(","):
-            host, port = item, str(DEFAULT_PORT)
-            if ":" in item and not item.endswith("]"):
-                host, _, port = item.rpartition(":")
-            if not _HOST.match(host):
-                raise bad(f"bad host {host!r}")
-            if not port.isdigit() or not 0 < int(port) < 65536:
-                raise bad(f"bad port {port!r}")
-            hosts.append(f"{host}:{int(port)}")
+        hosts = [f"{h}:{p}" for h, p in parse_hosts(parts.netloc, DEFAULT_PORT, bad)]
         chroot = unquote(parts.path).rstrip("/") or DEFAULT_CHROOT
         segments = chroot.split("/")[1:]
         if not _CHROOT.match(chroot) or any(s in (".", "..") for s in segments):
