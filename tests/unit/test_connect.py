@@ -102,3 +102,18 @@ def test_tls_failure_finds_the_ssl_error_in_a_chain() -> None:
     except ConnectionError as outer:
         assert (tls_failure(outer) or "").startswith("TLS failed")
     assert tls_failure(ConnectionError("refused")) is None
+
+
+def test_stores_that_need_a_user_and_a_password_get_both_or_neither(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TENURE_PASSWORD", "for-another-store")
+    options, _ = resolve("etcd://h:1", "etcd", ConnectOptions(), pairs=True)
+    assert (options.username, options.password) == (None, None)  # the variable is not ours
+    options, _ = resolve("etcd://u@h:1", "etcd", ConnectOptions(), pairs=True)
+    assert options.password == "for-another-store"
+    with pytest.raises(InvalidArgument, match="a password needs a user name"):
+        resolve("etcd://:pw@h:1", "etcd", ConnectOptions(), pairs=True)
+    monkeypatch.delenv("TENURE_PASSWORD")
+    with pytest.raises(InvalidArgument, match="user 'u' has no password"):
+        resolve("etcd://u@h:1", "etcd", ConnectOptions(), pairs=True)

@@ -134,15 +134,32 @@ def parse_hosts(
 
 
 def resolve(
-    url: str, store: str, given: ConnectOptions
+    url: str, store: str, given: ConnectOptions, *, pairs: bool = False
 ) -> tuple[ConnectOptions, list[tuple[str, str]]]:
     """The options to connect with: keywords over the URL's, the password from
     ``$TENURE_PASSWORD`` if neither has one; checked (`check`). Also the URL's other query
-    pairs."""
+    pairs.
+
+    ``pairs``: the store knows only a user *and* a password (etcd, ZooKeeper's digest): either
+    both or neither; a password from ``$TENURE_PASSWORD`` with no user is ignored (it may be
+    meant for another store), one given here with no user is a mistake.
+    """
     from_url, rest = url_options(url, store)
     options = given.over(from_url)
+    if pairs and options.username is None:
+        if options.password is not None:
+            raise InvalidArgument(
+                f"{store} store: a password needs a user name ({store}://user:password@host,"
+                " or username=)"
+            )
+        return check(options, store), rest
     if options.password is None and os.environ.get(ENV_PASSWORD):
         options = replace(options, password=os.environ[ENV_PASSWORD])
+    if pairs and not options.password:
+        raise InvalidArgument(
+            f"{store} store: user {options.username!r} has no password (in the URL, as"
+            f" password= or in ${ENV_PASSWORD})"
+        )
     return check(options, store), rest
 
 

@@ -95,8 +95,8 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote, urlsplit
@@ -105,14 +105,12 @@ import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ._connect import (
-    ENV_PASSWORD,
     NO_OPTIONS,
     TLS_OPTIONS,
     ConnectOptions,
     parse_hosts,
     redact,
     resolve,
-    url_options,
 )
 from ._etcd_gateway import (
     JSON,
@@ -143,31 +141,6 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _RESERVED = frozenset({"locks", "records"})
 """Key segments of tenure's own under a namespace: never a segment of a namespace."""
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
-
-
-def _credentials(
-    options: ConnectOptions,
-    url: str,
-    given: ConnectOptions,
-    bad: Callable[[str], InvalidArgument],
-) -> ConnectOptions:
-    """Check that a user and a password come together. A password from $TENURE_PASSWORD alone
-    (no user anywhere) is ignored: it may be meant for another store."""
-    explicit = given.password is not None or url_options(url, "etcd")[0].password is not None
-    if options.username is None:
-        if explicit:
-            raise InvalidArgument(
-                "etcd store: a password needs a user name (etcd://user:password@host, or username=)"
-            )
-        return replace(options, password=None)
-    if not options.username:
-        raise bad("the user name is empty")
-    if not options.password:
-        raise bad(
-            f"user {options.username!r} has no password (give it in the URL, as password= or"
-            f" in ${ENV_PASSWORD})"
-        )
-    return options
 
 
 def put_op(key: bytes | str, value: bytes | str, lease: int = 0) -> JSON:
@@ -414,7 +387,7 @@ class EtcdStore(Store):
             raise bad("the scheme is not etcd")
         if parts.fragment:
             raise bad("no fragment allowed")
-        resolved, rest = resolve(url, "etcd", options)
+        resolved, rest = resolve(url, "etcd", options, pairs=True)
         if rest:
             raise bad(f"unknown option {rest[0][0]!r} (etcd takes {', '.join(TLS_OPTIONS)})")
         endpoints = [f"{h}:{p}" for h, p in parse_hosts(parts.netloc, DEFAULT_PORT, bad)]
@@ -426,7 +399,7 @@ class EtcdStore(Store):
                 f"bad namespace {namespace!r}: 'locks' and 'records' are tenure's own key"
                 " segments (a namespace 'a/locks' would fall inside namespace 'a')"
             )
-        return cls(endpoints, namespace, _credentials(resolved, url, options, bad))
+        return cls(endpoints, namespace, resolved)
 
     @property
     def url(self) -> str:

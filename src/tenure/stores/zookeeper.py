@@ -378,25 +378,10 @@ def _value(log: list[tuple[int, LockInfo]], token: int) -> str | None:
     return next((info.value for _, info in reversed(log) if info.token == token), None)
 
 
-def _credentials(options: ConnectOptions, explicit: bool) -> ConnectOptions:
-    """Digest credentials are a user and a password, or nothing. A password from
-    ``$TENURE_PASSWORD`` alone (no user, not ``explicit``) is some other store's: ignored."""
-    user, password = options.username, options.password
-    if user is None and password is not None:
-        if not explicit:
-            return replace(options, password=None)
-        raise InvalidArgument(
-            "zookeeper store: a password needs a user (digest: zookeeper://user:password@…)"
-        )
-    if user is None:
-        return options
-    if ":" in user:
+def _digest(options: ConnectOptions) -> ConnectOptions:
+    """A digest identity is ``user:password``: a user name with ':' could never match."""
+    if options.username is not None and ":" in options.username:
         raise InvalidArgument("zookeeper store: a digest user name cannot contain ':'")
-    if not password:
-        raise InvalidArgument(
-            f"zookeeper store: user {user!r} has no password (in the URL, password= or"
-            " $TENURE_PASSWORD)"
-        )
     return options
 
 
@@ -541,11 +526,10 @@ class ZooKeeperStore(Store):
                 f"the chroot {chroot!r} has a segment {reserved[0]!r}: it would fall inside"
                 " another chroot's locks or records"
             )
-        resolved, rest = resolve(url, "zookeeper", options)
+        resolved, rest = resolve(url, "zookeeper", options, pairs=True)
         if rest:
             raise bad(f"unknown option {rest[0][0]!r} (only tls, ca, cert and key)")
-        explicit = options.password is not None or parts.password is not None
-        return cls(hosts, chroot, _credentials(resolved, explicit))
+        return cls(hosts, chroot, _digest(resolved))
 
     @property
     def url(self) -> str:
