@@ -1,12 +1,17 @@
 """What every security test checks the same way: the CLI run as a user runs it, an error as
-one line with no traceback, and no secret in any of it."""
+one line with no traceback, and no secret in any of it; and ``TLSStore``, how the shared TLS
+suite (test_tls.py) reaches each store's TLS-only server (``tls_store``, conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+from tenure.stores._spi import Store
 
 TENURE = str(Path(sys.executable).with_name("tenure"))
 
@@ -41,3 +46,42 @@ def one_line(exc: BaseException, *secrets: str) -> str:
     for secret in secrets:
         assert secret not in message, message
     return message
+
+
+Fragments = tuple[str, ...]
+"""Regular expressions that must all be found in a message."""
+
+
+@dataclass(frozen=True)
+class TLSStore:
+    """One store's TLS-only server and how the shared tests reach it, and what its failures
+    say (each a tuple of ``Fragments``)."""
+
+    fresh: Callable[[str], str]
+    """A URL to an endpoint with a fresh namespace and no TLS option in it."""
+    plain: Callable[[str], str]
+    """A URL to an endpoint that does not ask for TLS."""
+    plain_refused: Fragments
+    wrong_ca: Fragments
+    no_client_cert: Fragments
+    untrusted_client_cert: Fragments
+    """A client certificate signed by another CA."""
+    prepare: Callable[[Store], None] = lambda store: None
+    """Done to a store before a connection meant to fail: it must fail at once."""
+    endpoint: str = ""
+    """host:port of the store's TLS-only server (set by the fixture once it runs)."""
+
+    def url(
+        self,
+        ca: Path | None = None,
+        cert: Path | None = None,
+        key: Path | None = None,
+        *,
+        tls: bool = False,
+        endpoint: str | None = None,
+    ) -> str:
+        """A fresh namespace on the server (or on ``endpoint``), the options in the query."""
+        options = {"tls": "true" if tls else None, "ca": ca, "cert": cert, "key": key}
+        query = "&".join(f"{name}={value}" for name, value in options.items() if value)
+        base = self.fresh(endpoint or self.endpoint)
+        return f"{base}{'&' if '?' in base else '?'}{query}" if query else base

@@ -1,15 +1,14 @@
-"""etcd with TLS and authentication: a TLS-only member (client certificates demanded), a member
-with users and roles (and a 2 s token TTL), namespaces that cannot reach into each other, and
-no password in any output. Real one-member etcd clusters, started once for this module."""
+"""etcd with authentication: a member with users and roles (and a 2 s token TTL), namespaces
+that cannot reach into each other, and no password in any output. Real one-member etcd clusters:
+the TLS-only one is the session's (``tls_etcd``, conftest.py; what TLS does on every store is
+test_tls.py's), the one with authentication this module's own."""
 
 from __future__ import annotations
 
 import base64
-import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -34,43 +33,25 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def started(cluster_of: Callable[[], EtcdCluster]) -> Iterator[EtcdCluster]:
-    try:
-        cluster = cluster_of()
-    except RuntimeError as exc:
-        pytest.skip(f"etcd not available ({ETCD}): {exc}")
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
-
-
-@pytest.fixture(scope="module")
-def tls_etcd(tls_files: TLSFiles) -> Iterator[EtcdCluster]:
-    """Clients over TLS only, each with a certificate signed by the CA."""
-    yield from started(lambda: EtcdCluster(1, tls=tls_files, client_cert_auth=True))
-
-
 @pytest.fixture(scope="module")
 def auth_etcd(tls_files: TLSFiles) -> Iterator[EtcdCluster]:
     """TLS (no client certificate) and authentication: user ``tenure`` may use ``app1/``
     only; a token unused for 2 s is forgotten (and the forgetting logged)."""
-    make = lambda: EtcdCluster(1, tls=tls_files, auth_token_ttl=2, log_level="info")  # noqa: E731
-    for cluster in started(make):
-        cluster.enable_auth(USER, PASSWORD, prefix="app1/")
+    try:
+        cluster = EtcdCluster(1, tls=tls_files, auth_token_ttl=2, log_level="info")
+    except RuntimeError as exc:
+        pytest.skip(f"etcd not available ({ETCD}): {exc}")
+    try:
+        cluster.start().enable_auth(USER, PASSWORD, prefix="app1/")
         yield cluster
-
-
-def tls_url(cluster: EtcdCluster, files: TLSFiles, **query: Path) -> str:
-    """A fresh namespace on ``cluster``, with ``query`` (ca, cert, key) in the URL."""
-    options = "&".join(f"{name}={path}" for name, path in query.items())
-    return f"etcd://{cluster.endpoints[0]}/t_{uuid.uuid4().hex}" + (
-        f"?{options}" if options else ""
-    )
+    finally:
+        cluster.close()
 
 
 def client_url(cluster: EtcdCluster, files: TLSFiles) -> str:
-    return tls_url(cluster, files, ca=files.ca, cert=files.client_cert, key=files.client_key)
+    """A fresh namespace on the TLS-only ``cluster``, with the CA and client certificate."""
+    query = f"ca={files.ca}&cert={files.client_cert}&key={files.client_key}"
+    return f"etcd://{cluster.endpoints[0]}/t_{uuid.uuid4().hex}?{query}"
 
 
 def auth_url(cluster: EtcdCluster, files: TLSFiles, userinfo: str, namespace: str = "app1") -> str:
@@ -92,90 +73,7 @@ async def refusal(url: str, **options: Any) -> str:
     return message
 
 
-# -- 1. TLS-only server -------------------------------------------------------------------
-
-
-async def test_the_right_ca_and_client_certificate_work(
-    tls_etcd: EtcdCluster, tls_files: TLSFiles
-) -> None:
-    url = client_url(tls_etcd, tls_files)
-    async with tenure.connect_async(url) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
-        assert lease.token > 0
-        [info] = await client.locks()
-        assert (info.name, info.token) == ("job", lease.token)
-        await lease.release()
-        assert await client.locks() == []
-        assert client.url.endswith(
-            f"?ca={tls_files.ca}&cert={tls_files.client_cert}&key={tls_files.client_key}"
-        )
-
-
-async def test_keyword_options_give_tls_too(tls_etcd: EtcdCluster, tls_files: TLSFiles) -> None:
-    files = {"ca": str(tls_files.ca), "cert": str(tls_files.client_cert)}
-    url = tls_url(tls_etcd, tls_files)
-    async with tenure.connect_async(url, key=str(tls_files.client_key), **files) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
-        assert lease.token > 0
-        await lease.release()
-
-
-async def test_cli_ls_over_tls(tls_etcd: EtcdCluster, tls_files: TLSFiles) -> None:
-    url = client_url(tls_etcd, tls_files)
-    async with tenure.connect_async(url) as client:
-        lease = await client.acquire("shown", ttl=30, wait=False)
-        done = await anyio.to_thread.run_sync(lambda: run_cli("ls", "--json", "--store", url))
-        assert done.returncode == 0, done.stderr
-        [entry] = json.loads(done.stdout)
-        assert (entry["name"], entry["token"]) == ("shown", lease.token)
-        await lease.release()
-
-
-async def test_a_plain_client_is_told_the_server_speaks_tls(tls_etcd: EtcdCluster) -> None:
-    message = await refusal(f"etcd://{tls_etcd.endpoints[0]}/plain")
-    assert "speaks TLS only" in message and "tls=true" in message
-
-
-# -- 2. wrong CA, missing client certificate, missing file ------------------------------
-
-
-async def test_a_wrong_ca_fails_in_one_line(tls_etcd: EtcdCluster, tls_files: TLSFiles) -> None:
-    url = tls_url(
-        tls_etcd, tls_files, ca=tls_files.wrong_ca, cert=tls_files.client_cert,
-        key=tls_files.client_key,
-    )  # fmt: skip
-    message = await refusal(url)
-    assert "TLS failed: certificate verify failed" in message
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
-    assert "TLS failed: certificate verify failed" in line
-
-
-async def test_a_missing_client_certificate_fails_in_one_line(
-    tls_etcd: EtcdCluster, tls_files: TLSFiles
-) -> None:
-    url = tls_url(tls_etcd, tls_files, ca=tls_files.ca)
-    message = await refusal(url)
-    assert "TLS failed" in message and "certificate" in message
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
-    assert "TLS failed" in line
-
-
-async def test_a_client_certificate_from_another_ca_fails(
-    tls_etcd: EtcdCluster, tls_files: TLSFiles
-) -> None:
-    url = tls_url(
-        tls_etcd, tls_files, ca=tls_files.ca, cert=tls_files.wrong_client_cert,
-        key=tls_files.wrong_client_key,
-    )  # fmt: skip
-    assert "TLS failed" in await refusal(url)
-
-
-def test_a_missing_ca_file_is_refused_before_connecting(tmp_path: Path) -> None:
-    missing = tmp_path / "nope.pem"
-    with pytest.raises(InvalidArgument, match=r"ca file .* does not exist"):
-        EtcdStore.from_url(f"etcd://127.0.0.1:1/x?ca={missing}")
-    done = run_cli("ls", "--store", f"etcd://127.0.0.1:1/x?ca={missing}")
-    assert "does not exist" in one_error_line(done)
+# -- 1. options ---------------------------------------------------------------------------
 
 
 def test_unknown_query_options_are_refused_in_one_line() -> None:
@@ -185,7 +83,7 @@ def test_unknown_query_options_are_refused_in_one_line() -> None:
     assert PASSWORD not in str(raised.value) and "\n" not in str(raised.value)
 
 
-# -- 3. authentication ------------------------------------------------------------------
+# -- 2. authentication ------------------------------------------------------------------
 
 
 async def hold_and_release(url: str, **options: str) -> None:
@@ -277,7 +175,7 @@ async def test_the_password_is_in_no_url_repr_or_error(
     await store.aclose()
 
 
-# -- 4. what only etcd must show ---------------------------------------------------------
+# -- 3. what only etcd must show ---------------------------------------------------------
 
 
 async def test_a_user_cannot_touch_another_applications_namespace(

@@ -3,9 +3,9 @@ user info, ``password=``, $TENURE_PASSWORD) and libpq's own (``sslmode``, ``sslr
 $PGPASSWORD, a password file) reach libpq; every failure is one line without the password;
 schema names are validated, and two schemas keep their locks apart.
 
-Two servers of this module's own (the shared plain one is left alone): one TLS-only that
-demands a client certificate (trust otherwise: the certificate is the credential), and one
-TLS-only with ``scram-sha-256`` passwords.
+The TLS-only server that demands a client certificate is the session's (``tls_postgres``,
+conftest.py; what TLS does on every store is test_tls.py's); the TLS-only one with
+``scram-sha-256`` passwords is this module's own (the shared plain one is left alone).
 """
 
 from __future__ import annotations
@@ -31,36 +31,19 @@ from tenure.testing.certs import TLSFiles
 from tenure.testing.postgres_server import PostgresServer, free_port
 
 PASSWORD = "pg-Pa55-" + uuid4().hex[:10]
-CLIENT = "tenure-client"  # the client certificate's common name: verify-full wants it as user
 UNAVAILABLE = 69
-
-
-def start(**options: Any) -> Iterator[PostgresServer]:
-    missing = PostgresServer.missing()
-    if missing:
-        pytest.skip(f"PostgreSQL binaries not found: {', '.join(missing)}")
-    with PostgresServer(**options) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def tls_server(tls_files: TLSFiles) -> Iterator[PostgresServer]:
-    """TLS only; a client certificate signed by the CA is demanded (its CN is the role)."""
-    yield from start(
-        ssl_cert_file=tls_files.server_cert,
-        ssl_key_file=tls_files.server_key,
-        ssl_ca_file=tls_files.ca,
-        client_cert=True,
-        role=CLIENT,
-    )
 
 
 @pytest.fixture(scope="module")
 def auth_server(tls_files: TLSFiles) -> Iterator[PostgresServer]:
     """TLS only, and the role ``tenure`` logs in with ``PASSWORD`` (scram-sha-256)."""
-    yield from start(
+    missing = PostgresServer.missing()
+    if missing:
+        pytest.skip(f"PostgreSQL binaries not found: {', '.join(missing)}")
+    with PostgresServer(
         ssl_cert_file=tls_files.server_cert, ssl_key_file=tls_files.server_key, password=PASSWORD
-    )
+    ) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)
@@ -98,95 +81,20 @@ def round_trip(url: str, **options: Any) -> int:
     return token
 
 
-# -- 1. TLS-only server, client certificate demanded ------------------------------------
+# -- 1. TLS: libpq's names and checks -----------------------------------------------
 
 
-def test_right_ca_and_client_certificate_grant_a_lock(
-    tls_server: PostgresServer, tls_files: TLSFiles
-) -> None:
-    assert round_trip(tls_url(tls_server, tls_files)) > 0
-    keywords = {"ca": str(tls_files.ca), "cert": str(tls_files.client_cert)}
-    url = f"{tls_server.dsn}?schema={schema()}"
-    assert round_trip(url, key=str(tls_files.client_key), **keywords) > 0
-
-
-def test_cli_ls_over_tls_with_the_options_in_the_url(
-    tls_server: PostgresServer, tls_files: TLSFiles
-) -> None:
-    url = tls_url(tls_server, tls_files)
-    with tenure.connect(url) as client, client.lock("seen-by-ls", ttl=30) as lease:
-        done = run_cli("ls", "--json", "--store", url)
-        assert done.returncode == 0, done.stderr
-        [shown] = json.loads(done.stdout)
-        assert shown["name"] == "seen-by-ls" and shown["token"] == lease.token
-
-
-def test_plain_connections_are_refused(tls_server: PostgresServer, tls_files: TLSFiles) -> None:
-    url = f"{tls_server.dsn}?tls=false&schema={schema()}"
-    with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-        client.locks()
-    assert "no encryption" in one_line(raised.value, PASSWORD)
-
-
-def test_libpq_names_still_work(tls_server: PostgresServer, tls_files: TLSFiles) -> None:
+def test_libpq_names_still_work(tls_postgres: PostgresServer, tls_files: TLSFiles) -> None:
     url = (
-        f"{tls_server.dsn}?sslmode=verify-full&sslrootcert={tls_files.ca}"
+        f"{tls_postgres.dsn}?sslmode=verify-full&sslrootcert={tls_files.ca}"
         f"&sslcert={tls_files.client_cert}&sslkey={tls_files.client_key}&schema={schema()}"
     )
     assert round_trip(url) > 0
-    same = tls_url(tls_server, tls_files, sslrootcert=str(tls_files.ca), tls="true")
+    same = tls_url(tls_postgres, tls_files, sslrootcert=str(tls_files.ca), tls="true")
     assert round_trip(same + "&sslmode=verify-full") > 0  # both names, one value: fine
 
 
-def test_tls_without_ca_trusts_the_systems_roots(
-    tls_server: PostgresServer, tls_files: TLSFiles, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Not our CA by default, so refused; with $SSL_CERT_FILE naming it (the system's roots
-    as OpenSSL reads them) the same URL works: the roots come from there, not from nowhere."""
-    url = tls_url(tls_server, tls_files, ca="", tls="true")
-    with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-        client.locks()
-    assert "certificate verify failed" in one_line(raised.value, PASSWORD)
-    monkeypatch.setenv("SSL_CERT_FILE", str(tls_files.ca))
-    assert round_trip(url) > 0
-
-
-# -- 2. TLS failures: one line ----------------------------------------------------------
-
-
-def test_a_wrong_ca_is_one_line(tls_server: PostgresServer, tls_files: TLSFiles) -> None:
-    url = tls_url(tls_server, tls_files, ca=str(tls_files.wrong_ca))
-    with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-        client.acquire("x", ttl=5)
-    assert "certificate verify failed" in one_line(raised.value, PASSWORD)
-    done = run_cli("ls", "--store", url)
-    assert done.returncode == UNAVAILABLE
-    assert "certificate verify failed" in one_error_line(done)
-
-
-def test_a_missing_client_certificate_is_one_line(
-    tls_server: PostgresServer, tls_files: TLSFiles
-) -> None:
-    url = tls_url(tls_server, tls_files, cert="", key="")
-    with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-        client.acquire("x", ttl=5)
-    assert "requires a valid client certificate" in one_line(raised.value, PASSWORD)
-    done = run_cli("run", "--store", url, "x", "--", "true")
-    assert done.returncode == UNAVAILABLE
-    assert "requires a valid client certificate" in one_error_line(done)
-
-
-def test_a_client_certificate_of_another_ca_is_one_line(
-    tls_server: PostgresServer, tls_files: TLSFiles
-) -> None:
-    cert, key = str(tls_files.wrong_client_cert), str(tls_files.wrong_client_key)
-    url = tls_url(tls_server, tls_files, cert=cert, key=key)
-    with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-        client.locks()
-    assert "unknown ca" in one_line(raised.value, PASSWORD)
-
-
-@pytest.mark.parametrize("name", ["ca", "cert", "sslrootcert", "sslcert"])
+@pytest.mark.parametrize("name", ["cert", "sslrootcert", "sslcert"])  # ca: test_tls.py
 def test_a_missing_file_is_invalid_before_connecting(tmp_path: Path, name: str) -> None:
     url = f"postgresql://u@127.0.0.1:{free_port()}/db?{name}={tmp_path / 'nope.pem'}"
     with pytest.raises(InvalidArgument) as raised:
@@ -232,7 +140,7 @@ def test_common_names_become_libpq_parameters(tls_files: TLSFiles) -> None:
     assert psycopg.conninfo.conninfo_to_dict(plain._dsn)["sslmode"] == "disable"
 
 
-# -- 3. Passwords ------------------------------------------------------------------------
+# -- 2. Passwords ------------------------------------------------------------------------
 
 
 def test_password_in_the_url_keyword_or_tenure_password(
@@ -310,7 +218,7 @@ def test_the_password_is_shown_nowhere(auth_server: PostgresServer, tls_files: T
     assert PASSWORD not in store.url and "sslpassword=***" in store.url
 
 
-# -- 4. Schemas: validated, and apart ---------------------------------------------------
+# -- 3. Schemas: validated, and apart ---------------------------------------------------
 
 
 @pytest.mark.parametrize(

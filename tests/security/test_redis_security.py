@@ -1,9 +1,10 @@
 """Redis and Redlock behind TLS and ACL users (issue 8), on real ``redis-server`` processes.
 
-A TLS-only server (no plain port) checks certificates both ways; an ACL server has one user
-per application, each confined to its own key prefix (``~app1:*``). The right CA, client
-certificate and credentials work, in the URL, as keywords and from ``$TENURE_PASSWORD``; every
-wrong one is one line that says what failed, and the password shows up nowhere: not in the
+The TLS-only server (no plain port, certificates checked both ways) is the session's
+(``tls_redis``, conftest.py; what TLS does on every store is test_tls.py's). An ACL server has
+one user per application, each confined to its own key prefix (``~app1:*``). The right
+credentials work, in the URL, as keywords and from ``$TENURE_PASSWORD``; every wrong one is one
+line that says what failed, and the password shows up nowhere: not in the
 CLI's output, not in messages, not in ``store.url`` or ``repr(store)``. One application's user
 cannot touch another's locks, and names that look alike in Redis's glob and key syntax are
 separate locks.
@@ -45,12 +46,6 @@ def launch(**options: object) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
-def tls_server(tls_files: TLSFiles) -> Iterator[RedisServer]:
-    """TLS only (``--port 0``), a client certificate demanded, no password."""
-    yield from launch(tls=tls_files, tls_auth_clients="yes")
-
-
-@pytest.fixture(scope="module")
 def acl_server() -> Iterator[RedisServer]:
     """No TLS; the default user off; ``app1`` may use ``app1:*`` only, ``app2`` ``app2:*``."""
     yield from launch(users=[APP1, APP2, NAMES])
@@ -72,10 +67,6 @@ def take_and_release(url: str, name: str = "t", **options: str | bool) -> int:
     return token
 
 
-def tls_url(server: RedisServer, prefix: str, scheme: str = "rediss", **query: str) -> str:
-    return f"{scheme}://{server.endpoint}/0?{urlencode({'prefix': prefix, **query})}"
-
-
 def acl_url(server: RedisServer, user: RedisUser | None, prefix: str, password: str = "") -> str:
     auth = "" if user is None else f"{user.name}:{password or user.password}@"
     return f"redis://{auth}{server.endpoint}/0?prefix={prefix}"
@@ -91,88 +82,33 @@ def failure(url: str, **options: str) -> str:
 # -- 1. TLS only ---------------------------------------------------------------------------------
 
 
-def test_a_tls_only_server_takes_no_plain_connection(tls_server: RedisServer) -> None:
-    with socket.create_connection(("127.0.0.1", tls_server.port), timeout=5) as sock:
+def test_the_tls_only_server_answers_no_plain_command(tls_redis: RedisServer) -> None:
+    with socket.create_connection(("127.0.0.1", tls_redis.port), timeout=5) as sock:
         sock.sendall(b"PING\r\n")
         try:
             answer = sock.recv(100)
         except ConnectionResetError:
             answer = b""
     assert b"PONG" not in answer
-    message = failure(f"redis://{tls_server.endpoint}/0?prefix=plain")
-    assert "rediss://" in message  # the server hung up: the message says why it may have
 
 
-@pytest.mark.parametrize("form", ["url", "keywords", "tls=true"])
-def test_the_right_ca_and_client_certificate_take_a_lock(
-    tls_server: RedisServer, tls_files: TLSFiles, form: str
-) -> None:
-    files = {"ca": str(tls_files.ca), "cert": str(tls_files.client_cert)}
-    files["key"] = str(tls_files.client_key)
-    if form == "url":
-        token = take_and_release(tls_url(tls_server, "tls1", **files))
-    elif form == "keywords":
-        token = take_and_release(tls_url(tls_server, "tls2"), **files)
-    else:
-        url = tls_url(tls_server, "tls3", scheme="redis", tls="true", **files)
-        assert open_store(url).url.endswith("?prefix=tls3&tls=true")
-        token = take_and_release(url)
-    assert token > 0
+def test_tls_true_makes_a_redis_url_rediss(tls_redis: RedisServer, tls_files: TLSFiles) -> None:
+    files = {"ca": tls_files.ca, "cert": tls_files.client_cert, "key": tls_files.client_key}
+    query = urlencode({"prefix": "tls3", "tls": "true", **files})
+    url = f"redis://{tls_redis.endpoint}/0?{query}"
+    shown = (
+        f"?prefix=tls3&ca={tls_files.ca}&cert={tls_files.client_cert}&key={tls_files.client_key}"
+    )
+    assert open_store(url).url.endswith(shown)
+    assert take_and_release(url) > 0
 
 
-def test_tenure_ls_over_tls_with_the_options_in_the_url(tls_server: RedisServer) -> None:
-    url = f"{tls_server.url}&prefix=tls-ls"  # its query has ca, cert and key
-    with tenure.connect(url) as client:
-        lease = client.acquire("held", ttl=30)
-        done = run_cli("ls", "--json", "--store", url)
-        lease.release()
-    assert done.returncode == 0, done.stderr
-    [entry] = json.loads(done.stdout)
-    assert (entry["name"], entry["token"]) == ("held", lease.token)
-
-
-# -- 2. wrong CA, missing client certificate, missing files --------------------------------------
-
-
-def test_a_wrong_ca_is_one_clear_line(tls_server: RedisServer, tls_files: TLSFiles) -> None:
-    files = {"cert": str(tls_files.client_cert), "key": str(tls_files.client_key)}
-    url = tls_url(tls_server, "wrong-ca", ca=str(tls_files.wrong_ca), **files)
-    assert "TLS failed: certificate verify failed" in failure(url)
-    line = one_error_line(run_cli("ls", "--store", url))
-    assert "TLS failed: certificate verify failed" in line
-
-
-def test_a_missing_or_untrusted_client_certificate_is_one_clear_line(
-    tls_server: RedisServer, tls_files: TLSFiles
-) -> None:
-    url = tls_url(tls_server, "no-cert", ca=str(tls_files.ca))
-    # TLS 1.3: the server refuses after the handshake; the client reads either its alert or
-    # a reset, and the message names the certificate either way.
-    assert "certificate" in failure(url)
-    assert "certificate" in one_error_line(run_cli("ls", "--store", url))
-    stranger = {"cert": str(tls_files.wrong_client_cert), "key": str(tls_files.wrong_client_key)}
-    url = tls_url(tls_server, "wrong-cert", ca=str(tls_files.ca), **stranger)
-    message = failure(url)
-    assert "TLS failed" in message or "trust this client certificate" in message
-
-
-def test_only_the_given_ca_is_trusted(
-    tls_server: RedisServer, tls_files: TLSFiles, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the test CA as the system's roots: no ``ca`` trusts them; ``ca=`` trusts only
-    itself (redis-py's own TLS context would add the system's roots to it)."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(tls_files.ca))
-    files = {"cert": str(tls_files.client_cert), "key": str(tls_files.client_key)}
-    assert take_and_release(tls_url(tls_server, "roots", **files)) > 0
-    wrong = tls_url(tls_server, "roots", ca=str(tls_files.wrong_ca), **files)
-    assert "certificate verify failed" in failure(wrong)
+# -- 2. options refused before connecting (a missing ca file: test_tls.py) ----------------------
 
 
 @pytest.mark.parametrize(
     ("url", "options", "message"),
     [
-        ("rediss://:{pw}@127.0.0.1:1/0?ca=/nonexistent/ca.pem", {}, "does not exist"),
-        ("rediss://:{pw}@127.0.0.1:1/0", {"ca": "/nonexistent/ca.pem"}, "does not exist"),
         ("redlock://:{pw}@127.0.0.1:1,127.0.0.1:2/0?ca=/nonexistent", {}, "does not exist"),
         ("rediss://:{pw}@127.0.0.1:1/0?tls=false", {}, "contradicts"),
         ("rediss://:{pw}@127.0.0.1:1/0", {"tls": False}, "contradicts"),
@@ -320,7 +256,7 @@ def test_redlock_over_two_tls_and_acl_servers(tls_files: TLSFiles) -> None:
             return f"redlock://app1:{password}@{one.endpoint},{two.endpoint}/0?{query}"
 
         assert take_and_release(url()) > 0
-        assert open_store(url()).url.endswith("/0?prefix=app1&tls=true")
+        assert f"/0?prefix=app1&ca={tls_files.ca}&cert=" in open_store(url()).url
         no_secret(open_store(url()).url)
         message = failure(url(password=WRONG))
         assert message.count("Redis authentication failed for user 'app1'") == 2

@@ -1,9 +1,10 @@
 """ZooKeeper behind TLS and digest authentication (issue 8), on real ZooKeeper servers.
 
-A TLS-only server (Netty on ``secureClientPort``, no plain port) demands a client certificate;
-a second one presents a certificate for another host name. Digest credentials need no server
-setting: the shared ensemble serves them, each test in a chroot of its own. The right CA,
-client certificate and credentials work, in the URL, as keywords and from ``$TENURE_PASSWORD``;
+The TLS-only server (Netty on ``secureClientPort``, no plain port) that demands a client
+certificate is the session's (``tls_zookeeper``, conftest.py; what TLS does on every store is
+test_tls.py's); this module's own presents a certificate for another host name. Digest
+credentials need no server setting: the shared ensemble serves them, each test in a chroot of
+its own. The right credentials work, in the URL, as keywords and from ``$TENURE_PASSWORD``;
 every wrong one is one line that says what failed, and the password shows up nowhere. Every
 node tenure makes carries the ACL of its user alone, so other clients of the ensemble, without
 credentials or with other ones, can neither delete nor forge a lock's nodes; chroots and lock
@@ -12,7 +13,6 @@ names cannot reach into each other.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -31,7 +31,7 @@ import tenure
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore
-from tenure.testing.certs import TLSFiles, _pkcs8
+from tenure.testing.certs import _pkcs8
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperTLS, four_letters
 
 pytestmark = pytest.mark.anyio
@@ -60,12 +60,6 @@ def launch(tls: ZooKeeperTLS) -> Iterator[ZooKeeperEnsemble]:
 
 
 @pytest.fixture(scope="module")
-def tls_zk(tls_files: TLSFiles) -> Iterator[ZooKeeperEnsemble]:
-    """Clients over TLS only, each with a certificate signed by the CA."""
-    yield from launch(ZooKeeperTLS(tls_files.server_pem, tls_files.ca, client_auth="need"))
-
-
-@pytest.fixture(scope="module")
 def misnamed_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """A TLS server whose certificate (from a CA of its own) names another host: its endpoint
     and that CA."""
@@ -83,17 +77,6 @@ def misnamed_zk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     tls = ZooKeeperTLS(server_pem, ca_pem, server_name="zk.elsewhere.invalid")
     for ensemble in launch(tls):
         yield ensemble.endpoints[0], ca_pem
-
-
-def tls_url(ensemble: ZooKeeperEnsemble, **query: Path) -> str:
-    """A fresh chroot on ``ensemble``, with ``query`` (ca, cert, key) in the URL."""
-    options = "&".join(f"{name}={path}" for name, path in query.items())
-    chroot = f"zookeeper://{ensemble.endpoints[0]}/t_{uuid.uuid4().hex}"
-    return chroot + (f"?{options}" if options else "")
-
-
-def client_url(ensemble: ZooKeeperEnsemble, files: TLSFiles) -> str:
-    return tls_url(ensemble, ca=files.ca, cert=files.client_cert, key=files.client_key)
 
 
 def auth_url(ensemble: ZooKeeperEnsemble, userinfo: str, chroot: str) -> str:
@@ -130,91 +113,15 @@ def raw_client(ensemble: ZooKeeperEnsemble, *auth: tuple[str, str]) -> KazooClie
     return client
 
 
-# -- 1. TLS-only server -------------------------------------------------------------------
+# -- 1. TLS: what only ZooKeeper's servers show ------------------------------------------
 
 
-async def test_the_right_ca_and_client_certificate_work(
-    tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles
-) -> None:
-    url = client_url(tls_zk, tls_files)
-    async with tenure.connect_async(url) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
-        assert lease.token > 0
-        [info] = await client.locks()
-        assert (info.name, info.token) == ("job", lease.token)
-        await lease.release()
-        assert await client.locks() == []
-        assert client.url.endswith(
-            f"?ca={tls_files.ca}&cert={tls_files.client_cert}&key={tls_files.client_key}"
-        )
-
-
-async def test_keyword_options_give_tls_too(tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles) -> None:
-    files = {"ca": str(tls_files.ca), "cert": str(tls_files.client_cert)}
-    async with tenure.connect_async(
-        tls_url(tls_zk), key=str(tls_files.client_key), **files
-    ) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
-        assert lease.token > 0
-        await lease.release()
-
-
-async def test_cli_ls_over_tls(tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles) -> None:
-    url = client_url(tls_zk, tls_files)
-    async with tenure.connect_async(url) as client:
-        lease = await client.acquire("shown", ttl=30, wait=False)
-        done = await anyio.to_thread.run_sync(lambda: run_cli("ls", "--json", "--store", url))
-        assert done.returncode == 0, done.stderr
-        [entry] = json.loads(done.stdout)
-        assert (entry["name"], entry["token"]) == ("shown", lease.token)
-        await lease.release()
-
-
-async def test_the_server_has_no_plain_port(tls_zk: ZooKeeperEnsemble) -> None:
+def test_the_server_has_no_plain_port(tls_zookeeper: ZooKeeperEnsemble) -> None:
     try:
-        answer = four_letters(tls_zk.endpoints[0], "srvr")  # the launcher's check, in plain
+        answer = four_letters(tls_zookeeper.endpoints[0], "srvr")  # the launcher's check, in plain
     except OSError:
         answer = ""
     assert "Mode:" not in answer
-    message = await refusal(f"zookeeper://{tls_zk.endpoints[0]}/plain")
-    assert "cannot connect" in message
-
-
-# -- 2. wrong CA, missing client certificate, host name, missing file ---------------------
-
-
-async def test_a_wrong_ca_fails_in_one_line(tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles) -> None:
-    url = tls_url(
-        tls_zk, ca=tls_files.wrong_ca, cert=tls_files.client_cert, key=tls_files.client_key
-    )
-    # Said at once, not after a connect timeout: that would say "cannot connect".
-    assert "TLS failed: certificate verify failed" in await refusal(url)
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
-    assert "TLS failed: certificate verify failed" in line
-
-
-async def test_tls_without_a_ca_trusts_only_the_systems_roots(tls_zk: ZooKeeperEnsemble) -> None:
-    url = f"zookeeper://{tls_zk.endpoints[0]}/x?tls=true"
-    assert "TLS failed: certificate verify failed" in await refusal(url)
-
-
-async def test_a_missing_client_certificate_fails_in_one_line(
-    tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles
-) -> None:
-    url = tls_url(tls_zk, ca=tls_files.ca)
-    message = await refusal(url)
-    assert "TLS failed" in message and "client certificate" in message
-    line = one_error_line(await anyio.to_thread.run_sync(lambda: run_cli("ls", "--store", url)))
-    assert "TLS failed" in line
-
-
-async def test_a_client_certificate_from_another_ca_fails(
-    tls_zk: ZooKeeperEnsemble, tls_files: TLSFiles
-) -> None:
-    url = tls_url(
-        tls_zk, ca=tls_files.ca, cert=tls_files.wrong_client_cert, key=tls_files.wrong_client_key
-    )
-    assert "TLS failed" in await refusal(url)
 
 
 async def test_the_host_name_is_verified(misnamed_zk: tuple[str, Path]) -> None:
@@ -223,14 +130,6 @@ async def test_the_host_name_is_verified(misnamed_zk: tuple[str, Path]) -> None:
     message = await refusal(f"zookeeper://{endpoint}/x?ca={ca}")
     assert "TLS failed: certificate verify failed" in message
     assert "mismatch" in message.lower()
-
-
-def test_a_missing_ca_file_is_refused_before_connecting(tmp_path: Path) -> None:
-    missing = tmp_path / "nope.pem"
-    with pytest.raises(InvalidArgument, match=r"ca file .* does not exist"):
-        ZooKeeperStore.from_url(f"zookeeper://127.0.0.1:1/x?ca={missing}")
-    done = run_cli("ls", "--store", f"zookeeper://127.0.0.1:1/x?ca={missing}")
-    assert "does not exist" in one_error_line(done)
 
 
 def test_a_file_that_is_no_pem_is_refused_before_connecting(tmp_path: Path) -> None:
@@ -247,7 +146,7 @@ def test_unknown_query_options_are_refused_in_one_line() -> None:
     assert PASSWORD not in str(raised.value) and "\n" not in str(raised.value)
 
 
-# -- 3. authentication ------------------------------------------------------------------
+# -- 2. authentication ------------------------------------------------------------------
 
 
 async def test_credentials_in_the_url(zookeeper_ensemble: ZooKeeperEnsemble) -> None:
@@ -403,7 +302,7 @@ async def test_the_password_is_in_no_url_repr_or_error(
         assert PASSWORD not in text and half not in text and rest not in text, text
 
 
-# -- 4. ACLs: other clients of the ensemble cannot touch tenure's nodes --------------------
+# -- 3. ACLs: other clients of the ensemble cannot touch tenure's nodes --------------------
 
 
 def forbidden(client: KazooClient, path: str, delete: bool = True) -> None:
@@ -501,7 +400,7 @@ async def test_without_credentials_the_nodes_stay_open(
         stranger.stop()
 
 
-# -- 5. namespaces and names ---------------------------------------------------------------
+# -- 4. namespaces and names ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("chroot", ["/app/locks", "/locks", "/a/records/b", "/records"])

@@ -25,7 +25,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 from .._errors import InvalidArgument
 
@@ -79,6 +79,19 @@ class ConnectOptions:
                     f"cannot load the client certificate from {files}: {_ssl_reason(exc)}"
                 ) from None
         return context
+
+    def shown(self) -> list[tuple[str, str]]:
+        """The query pairs that show how a store connects: the TLS files (paths, never their
+        contents), or ``tls=true`` without any; nothing without TLS. Never a secret."""
+        files = [(name, getattr(self, name)) for name in ("ca", "cert", "key")]
+        files = [(name, str(path)) for name, path in files if path]
+        return files or ([("tls", "true")] if self.use_tls else [])
+
+    def shown_user(self) -> str:
+        """``user:***@`` (or ``user@``, ``:***@``) for a URL's display, or nothing."""
+        if not (self.username or self.password):
+            return ""
+        return quote(self.username or "", safe="") + (":***" if self.password else "") + "@"
 
     def secrets(self) -> list[str]:
         return [self.password] if self.password else []

@@ -37,7 +37,7 @@ import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import anyio
 
@@ -338,14 +338,14 @@ class RedisURL:
 
     def display(self) -> str:
         """The URL with the password redacted: the user, ``***`` for a password (however it
-        was given) and, unless the scheme says so, ``tls=true``."""
+        was given) and the TLS files (or ``tls=true``, unless the scheme says so)."""
         opts = self.options
-        user = ""
-        if opts.username or opts.password:
-            user = quote(opts.username or "", safe="") + (":***" if opts.password else "") + "@"
         hosts = ",".join(f"{h}:{p}" for h, p in self.hosts)
-        tls = "&tls=true" if opts.use_tls and self.scheme != "rediss" else ""
-        return f"{self.scheme}://{user}{hosts}/{self.db}?prefix={self.prefix}{tls}"
+        shown = [
+            pair for pair in opts.shown() if pair != ("tls", "true") or self.scheme != "rediss"
+        ]
+        query = urlencode([("prefix", self.prefix), *shown], safe="/")
+        return f"{self.scheme}://{opts.shown_user()}{hosts}/{self.db}?{query}"
 
 
 def parse_url(

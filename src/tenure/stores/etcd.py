@@ -99,7 +99,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, ClassVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import anyio
 
@@ -404,14 +404,9 @@ class EtcdStore(Store):
     @property
     def url(self) -> str:
         """The URL without its password, with the TLS options (file paths, not contents)."""
-        user = self._options.username
-        who = f"{quote(user, safe='')}:***@" if user else ""
-        base = f"etcd://{who}{','.join(self.endpoints)}/{self.namespace}"
-        files = [(name, getattr(self._options, name)) for name in ("ca", "cert", "key")]
-        query = "&".join(f"{name}={quote(path)}" for name, path in files if path)
-        if self._options.use_tls:
-            return f"{base}?{query or 'tls=true'}"
-        return base
+        base = f"etcd://{self._options.shown_user()}{','.join(self.endpoints)}/{self.namespace}"
+        query = urlencode(self._options.shown(), safe="/")
+        return f"{base}?{query}" if query else base
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.url!r})"

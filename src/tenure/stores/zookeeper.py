@@ -535,12 +535,9 @@ class ZooKeeperStore(Store):
     def url(self) -> str:
         """The URL to reach this store again: its password shown as ``***``; TLS and its
         files (their paths, never their contents) in the query."""
-        user = "" if self._user is None else f"{quote(self._user, safe='')}:***@"
-        query = ""
-        if self._tls is not None:  # the files say TLS; without any: tls=true
-            files = [(n, getattr(self._options, n)) for n in ("ca", "cert", "key")]
-            query = "?" + (urlencode([(n, f) for n, f in files if f], safe="/") or "tls=true")
-        return f"zookeeper://{user}{','.join(self.hosts)}{self.chroot}{query}"
+        user = self._options.shown_user() if self._user is not None else ""
+        query = urlencode(self._options.shown(), safe="/")
+        return f"zookeeper://{user}{','.join(self.hosts)}{self.chroot}{'?' if query else ''}{query}"
 
     def _parent(self, name: str) -> str:
         return f"{self._root}/{_encode(name)}"
