@@ -7,6 +7,8 @@ import unicodedata
 from ._errors import InvalidArgument
 
 MAX_NAME_BYTES = 255
+RESERVED_SEGMENTS = ("locks", "records")
+"""What a tree-shaped store (etcd keys, ZooKeeper nodes) keeps under a namespace."""
 
 
 def check_name(name: object) -> str:
@@ -33,3 +35,16 @@ def check_label(label: object) -> str:
             f"label must be printable and at most {MAX_NAME_BYTES} bytes: {label[:40]!r}"
         )
     return label
+
+
+def nesting_problem(namespace: str) -> str | None:
+    """Why a ``/``-separated namespace could overlap another, or None. Its keys are
+    ``<namespace>/locks/…`` and ``<namespace>/records/…``: a namespace ``a/locks`` would fall
+    inside namespace ``a``'s lock named ``locks``."""
+    for segment in namespace.strip("/").split("/"):
+        if segment in RESERVED_SEGMENTS:
+            return (
+                f"its segment {segment!r} is tenure's own ({', '.join(RESERVED_SEGMENTS)}): it"
+                " would fall inside another namespace's keys"
+            )
+    return None

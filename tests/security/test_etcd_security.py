@@ -221,18 +221,6 @@ def forgotten(cluster: EtcdCluster, token: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize("namespace", ["app/locks", "locks", "a/records/b", "records"])
-def test_a_namespace_cannot_reach_into_another(namespace: str) -> None:
-    # ``a/locks`` keys would be ``a/locks/locks/…``: inside namespace ``a``'s lock ``locks``.
-    with pytest.raises(InvalidArgument, match="'locks' and 'records' are tenure's own"):
-        EtcdStore.from_url(f"etcd://h1:2379/{namespace}")
-
-
-def test_namespaces_that_only_look_alike_are_fine() -> None:
-    for namespace in ("app/lockss", "mylocks", "records2/x", "a/b"):
-        assert EtcdStore.from_url(f"etcd://h1:2379/{namespace}").namespace == namespace
-
-
 async def test_lock_a_slash_b_is_outside_lock_a_range(
     tls_etcd: EtcdCluster, tls_files: TLSFiles
 ) -> None:

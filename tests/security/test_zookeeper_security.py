@@ -403,18 +403,6 @@ async def test_without_credentials_the_nodes_stay_open(
 # -- 4. namespaces and names ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chroot", ["/app/locks", "/locks", "/a/records/b", "/records"])
-def test_a_chroot_cannot_reach_into_another(chroot: str) -> None:
-    # ``/app/locks`` would be chroot ``/app``'s lock named ``locks``.
-    with pytest.raises(InvalidArgument, match="would fall inside another chroot"):
-        ZooKeeperStore.from_url(f"zookeeper://h1:2181{chroot}")
-
-
-def test_chroots_that_only_look_alike_are_fine() -> None:
-    for chroot in ("/app/lockss", "/mylocks", "/records2/x", "/a/b"):
-        assert ZooKeeperStore.from_url(f"zookeeper://h1:2181{chroot}").chroot == chroot
-
-
 def tree(client: KazooClient, path: str) -> list[str]:
     """Every node under ``path`` (itself included), depth first."""
     found = [path]

@@ -104,6 +104,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 import anyio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from .._names import nesting_problem
 from ._connect import (
     NO_OPTIONS,
     TLS_OPTIONS,
@@ -138,8 +139,6 @@ from ._spi import (
 DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
-_RESERVED = frozenset({"locks", "records"})
-"""Key segments of tenure's own under a namespace: never a segment of a namespace."""
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
 
 
@@ -394,11 +393,9 @@ class EtcdStore(Store):
         namespace = unquote(parts.path).strip("/") or DEFAULT_NAMESPACE
         if not _NAMESPACE.match(namespace):
             raise bad(f"bad namespace {namespace!r} (letters, digits, '_', '.', '-', '/')")
-        if _RESERVED & set(namespace.split("/")):
-            raise bad(
-                f"bad namespace {namespace!r}: 'locks' and 'records' are tenure's own key"
-                " segments (a namespace 'a/locks' would fall inside namespace 'a')"
-            )
+        problem = nesting_problem(namespace)
+        if problem:
+            raise bad(f"bad namespace {namespace!r}: {problem}")
         return cls(endpoints, namespace, resolved)
 
     @property

@@ -110,6 +110,7 @@ import anyio
 import sniffio
 
 from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from .._names import nesting_problem
 from ._connect import NO_OPTIONS, ConnectOptions, parse_hosts, resolve, tls_failure
 from ._spi import (
     Busy,
@@ -131,9 +132,6 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 2181
 DEFAULT_CHROOT = "/tenure"
 _CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
-_RESERVED = ("locks", "records")
-"""Chroot segments refused: tenure's own children of a chroot (a chroot ``/a/locks`` would be
-the lock named ``locks`` of chroot ``/a``)."""
 _SEQUENCE = re.compile(r"-(\d{10})$")
 
 
@@ -520,12 +518,9 @@ class ZooKeeperStore(Store):
             raise bad(f"bad chroot {chroot!r} (/segments of letters, digits, '_', '.', '-')")
         if segments[0] == "zookeeper":
             raise bad("the chroot /zookeeper is ZooKeeper's own")
-        reserved = [s for s in segments if s in _RESERVED]
-        if reserved:
-            raise bad(
-                f"the chroot {chroot!r} has a segment {reserved[0]!r}: it would fall inside"
-                " another chroot's locks or records"
-            )
+        problem = nesting_problem(chroot)
+        if problem:
+            raise bad(f"bad chroot {chroot!r}: {problem}")
         resolved, rest = resolve(url, "zookeeper", options, pairs=True)
         if rest:
             raise bad(f"unknown option {rest[0][0]!r} (only tls, ca, cert and key)")
