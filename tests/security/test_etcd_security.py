@@ -6,6 +6,7 @@ test_tls.py's), the one with authentication this module's own."""
 from __future__ import annotations
 
 import base64
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -238,3 +239,13 @@ async def test_lock_a_slash_b_is_outside_lock_a_range(
         assert [int(kv["create_revision"]) for kv in kvs] == [leases[0].token]
         for lease in leases:
             await lease.release()
+
+
+async def test_the_password_is_in_no_log_record(
+    auth_etcd: EtcdCluster, tls_files: TLSFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger: httpx's and httpcore's requests too
+    await hold_and_release(auth_url(auth_etcd, tls_files, f"{USER}:{PASSWORD}@"))
+    await refusal(auth_url(auth_etcd, tls_files, f"{USER}:not-{PASSWORD}@"))
+    assert "auth/authenticate" in caplog.text  # the login was logged, its password not
+    assert PASSWORD not in caplog.text
