@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import click
@@ -57,13 +57,44 @@ Exit codes:
 """
 
 
+DEFAULT_TTL = 30.0
+DEFAULT_GRACE = 10.0
+
+
+def lease_options(
+    ttl: str, grace: str, label: str, quiet: str
+) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """--ttl, --grace, --store, --require, --label and -q, as every command that runs another
+    under a lease takes them; the help says what each means for that command."""
+    options = [
+        click.option(
+            "--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S", help=ttl
+        ),
+        click.option(
+            "--grace", type=float, default=DEFAULT_GRACE, show_default=True, metavar="S", help=grace
+        ),
+        store_option,
+        require_option,
+        click.option("--label", default="", help=label),
+        click.option("-q", "--quiet", is_flag=True, help=quiet),
+    ]
+
+    def decorate(func: click.decorators.FC) -> click.decorators.FC:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 def store_option(func: click.decorators.FC) -> click.decorators.FC:
     return click.option(
         "--store",
         metavar="URL",
         default=None,
-        help="Store URL, e.g. sqlite:////abs/path.db (default: $TENURE_STORE, else the "
-        "embedded SQLite file).",
+        help="Store URL, e.g. sqlite:////abs/path.db or etcd://user@host:2379/ns?ca=FILE "
+        "(default: $TENURE_STORE, else the embedded SQLite file). A password goes in "
+        "$TENURE_PASSWORD, not on the command line.",
     )(func)
 
 

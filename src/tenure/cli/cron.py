@@ -27,12 +27,11 @@ from . import (
     EXIT_SIGNAL_BASE,
     child_url,
     error,
+    lease_options,
     open_client,
-    require_option,
-    store_option,
 )
 from .once import policy_option, run_slot
-from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt
+from .run import Interrupted, check_inputs, signals_interrupt
 
 DEFAULT_JITTER = 1.0
 
@@ -60,13 +59,13 @@ DEFAULT_JITTER = 1.0
     metavar="S",
     help="Wait a random 0..S seconds after a slot is due before claiming it.",
 )
-@click.option("--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S")
-@click.option("--grace", type=float, default=DEFAULT_GRACE, show_default=True, metavar="S")
 @click.option("--count", type=int, default=None, metavar="N", help="Stop after N slots.")
-@store_option
-@require_option
-@click.option("--label", default="", help="A label shown by 'tenure history' and 'tenure ls'.")
-@click.option("-q", "--quiet", is_flag=True, help="Say nothing on stderr except errors.")
+@lease_options(
+    ttl="Lease TTL of each slot: a dead runner's slot is taken over this long after it died.",
+    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
+    label="A label shown by 'tenure history' and 'tenure ls'.",
+    quiet="Say nothing on stderr except errors.",
+)
 def cron(
     schedule: str,
     name: str,

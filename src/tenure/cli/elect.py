@@ -22,11 +22,10 @@ from . import (
     EXIT_SIGNAL_BASE,
     child_url,
     error,
+    lease_options,
     open_client,
-    require_option,
-    store_option,
 )
-from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt, supervise
+from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 
 @click.command(
@@ -38,25 +37,18 @@ from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_
 @click.option(
     "--value", default=None, help="What to proclaim as leader (default: this host's name)."
 )
-@click.option("--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S")
-@click.option(
-    "--grace",
-    type=float,
-    default=DEFAULT_GRACE,
-    show_default=True,
-    metavar="S",
-    help="On lost leadership: seconds between SIGTERM and SIGKILL to the command.",
-)
 @click.option(
     "--restart",
     is_flag=True,
     help="When the command exits, keep leading and start it again (default: resign and exit "
     "with its code).",
 )
-@store_option
-@require_option
-@click.option("--label", default="", help="A label shown by 'tenure leader' and 'tenure ls'.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not report terms won and lost.")
+@lease_options(
+    ttl="Lease TTL of the leadership, in seconds; renewed every TTL/3.",
+    grace="On lost leadership: seconds between SIGTERM and SIGKILL to the command.",
+    label="A label shown by 'tenure leader' and 'tenure ls'.",
+    quiet="Do not report terms won and lost.",
+)
 def elect(
     name: str,
     command: tuple[str, ...],

@@ -28,12 +28,11 @@ from . import (
     EXIT_SIGNAL_BASE,
     child_url,
     error,
+    lease_options,
     one_line,
     open_client,
-    require_option,
-    store_option,
 )
-from .run import DEFAULT_GRACE, DEFAULT_TTL, Interrupted, check_inputs, signals_interrupt, supervise
+from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 
 def policy_option(func: click.decorators.FC) -> click.decorators.FC:
@@ -138,26 +137,12 @@ def _not_here(run: tenure.Run) -> str:
     "if its runner dies (default: exit 75 at once).",
 )
 @click.option("--timeout", type=float, default=None, metavar="S", help="Give up waiting (75).")
-@click.option(
-    "--ttl",
-    type=float,
-    default=DEFAULT_TTL,
-    show_default=True,
-    metavar="S",
-    help="Lease TTL: a dead runner's slot is taken over this long after it died.",
+@lease_options(
+    ttl="Lease TTL: a dead runner's slot is taken over this long after it died.",
+    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
+    label="A label shown by 'tenure history' and 'tenure ls'.",
+    quiet="Say nothing on stderr except errors.",
 )
-@click.option(
-    "--grace",
-    type=float,
-    default=DEFAULT_GRACE,
-    show_default=True,
-    metavar="S",
-    help="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
-)
-@store_option
-@require_option
-@click.option("--label", default="", help="A label shown by 'tenure history' and 'tenure ls'.")
-@click.option("-q", "--quiet", is_flag=True, help="Say nothing on stderr except errors.")
 def once(
     name: str,
     command: tuple[str, ...],

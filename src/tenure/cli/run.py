@@ -31,14 +31,10 @@ from . import (
     EXIT_SIGNAL_BASE,
     child_url,
     error,
+    lease_options,
     one_line,
     open_client,
-    require_option,
-    store_option,
 )
-
-DEFAULT_TTL = 30.0
-DEFAULT_GRACE = 10.0
 
 
 class Interrupted(BaseException):
@@ -111,14 +107,6 @@ def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, la
 @click.argument("name")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option(
-    "--ttl",
-    type=float,
-    default=DEFAULT_TTL,
-    show_default=True,
-    metavar="S",
-    help="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
-)
-@click.option(
     "--wait/--no-wait",
     default=True,
     show_default=True,
@@ -131,18 +119,12 @@ def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, la
     metavar="S",
     help="Give up waiting after S seconds (exit 75). Default: wait as long as it takes.",
 )
-@click.option(
-    "--grace",
-    type=float,
-    default=DEFAULT_GRACE,
-    show_default=True,
-    metavar="S",
-    help="On a lost lease: seconds between SIGTERM and SIGKILL to the command's process group.",
+@lease_options(
+    ttl="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
+    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command's process group.",
+    label="A label shown to waiters and by 'tenure ls'.",
+    quiet="Do not report the holder while waiting.",
 )
-@store_option
-@require_option
-@click.option("--label", default="", help="A label shown to waiters and by 'tenure ls'.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not report the holder while waiting.")
 def run(
     name: str,
     command: tuple[str, ...],
