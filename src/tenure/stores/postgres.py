@@ -101,6 +101,7 @@ from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ._connect import (
     ENV_PASSWORD,
     NO_OPTIONS,
+    SECRET_QUERY,
     ConnectOptions,
     check,
     redact,
@@ -159,8 +160,6 @@ COMMON_TO_LIBPQ = {
 }
 """Each common connection option (``tenure.stores._connect``) and its libpq name."""
 LIBPQ_EQUIVALENTS = frozenset((*COMMON_TO_LIBPQ.values(), "sslmode"))
-SECRETS = ("password", "sslpassword")
-"""libpq's parameters that no message may show."""
 
 # Why one call is one statement and still atomic and serialised: each function below runs
 # as one statement in autocommit, i.e. in a transaction of its own, so it commits or rolls
@@ -687,7 +686,8 @@ class PostgresStore(Store):
         try:
             conninfo = psycopg.conninfo.make_conninfo(dsn, **params)  # checked by libpq
         except psycopg.Error as exc:
-            hidden = [value for key, value in [*params.items(), *passthrough] if key in SECRETS]
+            pairs = [*params.items(), *passthrough]
+            hidden = [value for key, value in pairs if key in SECRET_QUERY]
             reason = scrub(str(exc), hidden)
             raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {reason}") from None
         return cls(conninfo, schema, shown=url)
@@ -1385,4 +1385,4 @@ def _secrets_in(dsn: str) -> list[str]:
         found = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error:
         return []
-    return [str(found[key]) for key in SECRETS if found.get(key)]
+    return [str(found[key]) for key in SECRET_QUERY if found.get(key)]
