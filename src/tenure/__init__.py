@@ -17,7 +17,7 @@ from ._errors import (
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN
-from .stores._spi import Capabilities, LockInfo, Owner
+from .stores._spi import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
     "DEFAULT_DRIFT",
@@ -29,6 +29,7 @@ __all__ = [
     "Capabilities",
     "Client",
     "Clock",
+    "HeldBack",
     "InvalidArgument",
     "Leader",
     "Leadership",

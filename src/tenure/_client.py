@@ -44,14 +44,20 @@ from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._url import Grade, open_store
 from .stores._connect import ConnectOptions
-from .stores._spi import Capabilities, LockInfo, Owner, Store
+from .stores._spi import Capabilities, HeldBack, LockInfo, Owner, Store
 
 T = TypeVar("T")
 DEFAULT_TTL = 30.0
 
 
-def _check_options(drift: float, margin: float, label: str) -> None:
-    Timing(DEFAULT_TTL, drift, margin)
+def _pick(given: float | None, default: float | None) -> float | None:
+    return default if given is None else given
+
+
+def _check_options(
+    drift: float, margin: float, label: str, lock_delay: float | None = None
+) -> None:
+    Timing(DEFAULT_TTL, drift, margin, lock_delay)
     check_label(label)
 
 
@@ -66,14 +72,17 @@ class AsyncClient:
         margin: float = DEFAULT_MARGIN,
         label: str = "",
         clock: Clock = REAL_CLOCK,
+        lock_delay: float | None = None,
     ) -> None:
-        _check_options(drift, margin, label)
+        _check_options(drift, margin, label, lock_delay)
         self.store = store
         self.clock = clock
         self.drift = drift
         self.margin = margin
+        self.lock_delay = lock_delay
+        """The client's lock-delay (None: one TTL, at most 15 s; see ``tenure.Timing``)."""
         self.owner = Owner(socket.gethostname(), os.getpid(), label)
-        self._sessions: dict[float, SessionKeeper] = {}
+        self._sessions: dict[tuple[float, float], SessionKeeper] = {}
         self._session_lock = anyio.Lock()
         self._tg: TaskGroup | None = None
 
@@ -113,19 +122,26 @@ class AsyncClient:
             await keeper.close()
         await self.store.aclose()
 
-    async def _session(self, ttl: float) -> SessionKeeper:
-        """The live session for this TTL, opened (and its keeper started) on first use."""
+    def timing(self, ttl: float, lock_delay: float | None = None) -> Timing:
+        """The timing of a lease with this TTL (``InvalidArgument`` if bad): the client's drift,
+        margin and lock-delay unless ``lock_delay`` is given."""
+        return Timing(ttl, self.drift, self.margin, _pick(lock_delay, self.lock_delay))
+
+    async def _session(self, ttl: float, lock_delay: float | None = None) -> SessionKeeper:
+        """The live session for this TTL and lock-delay, opened (and its keeper started) on
+        first use."""
         if self._tg is None:
             raise TenureError("use the client as `async with tenure.connect_async(...)`")
-        timing = Timing(ttl, self.drift, self.margin)
-        keeper = self._sessions.get(timing.ttl)
+        timing = self.timing(ttl, lock_delay)
+        key = (timing.ttl, timing.lock_delay or 0.0)
+        keeper = self._sessions.get(key)
         if keeper is not None and not keeper.expired():
             return keeper  # the common case, without a checkpoint
         async with self._session_lock:
-            keeper = self._sessions.get(timing.ttl)
+            keeper = self._sessions.get(key)
             if keeper is None or keeper.expired():
                 keeper = await SessionKeeper.open(self.store, timing, self.owner, self.clock)
-                self._sessions[timing.ttl] = keeper
+                self._sessions[key] = keeper
                 self._tg.start_soon(keeper.run)
             return keeper
 
@@ -137,14 +153,20 @@ class AsyncClient:
         wait: bool = True,
         timeout: float | None = None,
         on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
     ) -> AsyncLease:
         """Acquire ``name`` and return its lease; release it with ``await lease.release()``.
 
         Raises ``NotAcquired`` if it is held and ``wait`` is False or ``timeout`` passes.
         ``on_wait(holder)`` is called whenever the holder seen while waiting changes.
+        ``lock_delay``: seconds nobody is granted ``name`` after this lease ends without a
+        release (default: the client's).
         """
         timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
-        return await acquire(self, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+        self.timing(ttl, lock_delay)
+        return await acquire(
+            self, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
+        )
 
     def lock(
         self,
@@ -154,11 +176,15 @@ class AsyncClient:
         wait: bool = True,
         timeout: float | None = None,
         on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
     ) -> AsyncHold[AsyncLease]:
         """``async with client.lock(name, ttl=30) as lease``; a lost lease cancels the body."""
         check_arguments(name, ttl, timeout, self.drift, self.margin)
+        self.timing(ttl, lock_delay)
         return AsyncHold(
-            lambda: self.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+            lambda: self.acquire(
+                name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
+            )
         )
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
@@ -166,6 +192,12 @@ class AsyncClient:
         if name is not None:
             check_name(name)
         return await self.store.locks(name)
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        """Names free but held back by lock-delay, as the store sees it now."""
+        if name is not None:
+            check_name(name)
+        return await self.store.held_back(name)
 
     # -- leader election ------------------------------------------------------------------
 
@@ -256,17 +288,22 @@ async def connect_async(
     key: str | None = None,
     username: str | None = None,
     password: str | None = None,
+    lock_delay: float | None = None,
 ) -> AsyncIterator[AsyncClient]:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
     ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
     ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
-    ``username`` and ``password`` override the URL's (docs/production.md).
+    ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
+    seconds a name is granted to nobody after a lease on it ends without a release (default:
+    one TTL, at most 15 s; docs/stop-by.md).
     """
-    _check_options(drift, margin, label)  # before the store is opened (or created)
+    _check_options(drift, margin, label, lock_delay)  # before the store is opened (or created)
     options = ConnectOptions(tls, ca, cert, key, username, password)
     store = open_store(url, require, options)
-    async with AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock) as client:
+    async with AsyncClient(
+        store, drift=drift, margin=margin, label=label, clock=clock, lock_delay=lock_delay
+    ) as client:
         yield client
 
 
@@ -420,10 +457,17 @@ class Client:
         wait: bool = True,
         timeout: float | None = None,
         on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
     ) -> Lease:
         """Acquire ``name``; release with ``lease.release()``. See ``AsyncClient.acquire``."""
         inner = self._call(
-            self._async.acquire, name, ttl, wait=wait, timeout=timeout, on_wait=on_wait
+            self._async.acquire,
+            name,
+            ttl,
+            wait=wait,
+            timeout=timeout,
+            on_wait=on_wait,
+            lock_delay=lock_delay,
         )
         return Lease(inner, self)
 
@@ -449,14 +493,18 @@ class Client:
         wait: bool = True,
         timeout: float | None = None,
         on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
     ) -> AbstractContextManager[Lease]:
         """``with client.lock(name, ttl=30) as lease``: released on exit; raises if lost."""
         check_arguments(name, ttl, timeout, self._async.drift, self._async.margin)
+        self._async.timing(ttl, lock_delay)
         client = self
 
         @contextmanager
         def hold() -> Iterator[Lease]:
-            lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+            lease = client.acquire(
+                name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
+            )
             with client._hold(lease) as held:
                 yield held
 
@@ -464,6 +512,9 @@ class Client:
 
     def locks(self, name: str | None = None) -> list[LockInfo]:
         return self._call(self._async.locks, name)
+
+    def held_back(self, name: str | None = None) -> list[HeldBack]:
+        return self._call(self._async.held_back, name)
 
     # -- leader election ------------------------------------------------------------------
 
@@ -589,14 +640,21 @@ def connect(
     key: str | None = None,
     username: str | None = None,
     password: str | None = None,
+    lock_delay: float | None = None,
 ) -> Client:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
     ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
     ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
-    ``username`` and ``password`` override the URL's (docs/production.md).
+    ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
+    seconds a name is granted to nobody after a lease on it ends without a release (default:
+    one TTL, at most 15 s; docs/stop-by.md).
     """
-    _check_options(drift, margin, label)  # before the store is opened (or created)
+    _check_options(drift, margin, label, lock_delay)  # before the store is opened (or created)
     options = ConnectOptions(tls, ca, cert, key, username, password)
     store = open_store(url, require, options)
-    return Client(lambda: AsyncClient(store, drift=drift, margin=margin, label=label, clock=clock))
+    return Client(
+        lambda: AsyncClient(
+            store, drift=drift, margin=margin, label=label, clock=clock, lock_delay=lock_delay
+        )
+    )

@@ -64,6 +64,7 @@ async def acquire(
     timeout: float | None,
     on_wait: WaitCallback | None,
     make: type[L] = AsyncLease,  # type: ignore[assignment]
+    lock_delay: float | None = None,
 ) -> L:
     clock = client.clock
     give_up = math.inf if timeout is None else clock.now() + timeout
@@ -76,7 +77,7 @@ async def acquire(
                 if ticket is not None and keeper is not None:
                     await _leave(keeper, ticket)
                     ticket = None
-                keeper = await client._session(ttl)
+                keeper = await client._session(ttl, lock_delay)
             t_sent = clock.now()
             try:
                 # Shielded: a grant made by the store must reach us, or nobody would release it.

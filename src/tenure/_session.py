@@ -33,7 +33,8 @@ class SessionKeeper:
     @classmethod
     async def open(cls, store: Store, timing: Timing, owner: Owner, clock: Clock) -> SessionKeeper:
         t_sent = clock.now()
-        handle = await store.open_session(timing.ttl, owner)
+        assert timing.lock_delay is not None  # resolved by Timing
+        handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
     def expired(self) -> bool:

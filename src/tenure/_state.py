@@ -21,6 +21,15 @@ DEFAULT_DRIFT = 0.01
 DEFAULT_MARGIN = 0.1
 """Seconds taken off every deadline for scheduling delay between a check and the act."""
 MAX_TTL = 7 * 24 * 3600.0
+LOCK_DELAY_CAP = 15.0
+"""The default lock-delay is one TTL, but never more than this (Consul's ``LockDelay``)."""
+MAX_LOCK_DELAY = 3600.0
+
+
+def default_lock_delay(ttl: float) -> float:
+    """One TTL, at most 15 s: a fail-over after a crash takes at most twice the TTL the user
+    chose, and a holder frozen for up to that long cannot overlap the next one."""
+    return min(ttl, LOCK_DELAY_CAP)
 
 
 def _number(value: object, what: str) -> float:
@@ -39,6 +48,9 @@ class Timing:
     ttl: float
     drift: float = DEFAULT_DRIFT
     margin: float = DEFAULT_MARGIN
+    lock_delay: float | None = None
+    """Seconds a name stays held back after a lease on it ends without a release (rule 8);
+    None: `default_lock_delay` of the TTL."""
 
     def __post_init__(self) -> None:
         ttl = _number(self.ttl, "ttl")
@@ -46,6 +58,13 @@ class Timing:
         margin = _number(self.margin, "margin")
         if ttl <= 0 or ttl > MAX_TTL:
             raise InvalidArgument(f"ttl must be in (0, {MAX_TTL:.0f}] seconds, got {self.ttl!r}")
+        delay = default_lock_delay(ttl) if self.lock_delay is None else self.lock_delay
+        delay = _number(delay, "lock_delay")
+        if not 0 <= delay <= MAX_LOCK_DELAY:
+            raise InvalidArgument(
+                f"lock_delay must be in [0, {MAX_LOCK_DELAY:.0f}] seconds, got {self.lock_delay!r}"
+            )
+        object.__setattr__(self, "lock_delay", delay)
         if not 0 <= drift < 0.5:
             raise InvalidArgument(f"drift must be in [0, 0.5), got {self.drift!r}")
         if margin < 0:

@@ -64,6 +64,18 @@ class LockInfo:
 
 
 @dataclass(frozen=True)
+class HeldBack:
+    """A name that is free but not grantable yet: its last lease ended without a release and
+    its lock-delay has not passed (DESIGN rule 8)."""
+
+    name: str
+    token: int
+    """The token of the lease that ended (0 if the store no longer knows it)."""
+    free_in: float
+    """Seconds until the store grants the name again, by the store's clock."""
+
+
+@dataclass(frozen=True)
 class Change:
     """One change of a lock, as a `Watch` reports it: its state right after the change."""
 
@@ -150,8 +162,15 @@ class Store(ABC):
         """The store's URL for display, with any password redacted."""
 
     @abstractmethod
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
-        """Create a session that expires ``ttl`` seconds after this call unless kept alive."""
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+        """Create a session that expires ``ttl`` seconds after this call unless kept alive.
+
+        Lock-delay (rule 8): when the session ends *without* a release of a lock it holds (it
+        expired, or the store declared it gone), that name is granted to nobody until
+        ``lock_delay`` seconds after the end, judged by the store's own state and clock; it
+        may start later than the end, never earlier. ``release`` and ``close_session`` free a
+        name at once. Meanwhile ``attempt`` answers ``Busy`` with ``holder`` None, queued
+        waiters keep their places, and ``held_back`` lists the name."""
 
     @abstractmethod
     async def keep_alive(self, session: Session) -> bool:
@@ -187,6 +206,10 @@ class Store(ABC):
     @abstractmethod
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         """The locks currently held (one, if ``name`` is given)."""
+
+    @abstractmethod
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        """The names held back by lock-delay now (one, if ``name`` is given), none held."""
 
     @abstractmethod
     async def aclose(self) -> None:

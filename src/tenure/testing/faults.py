@@ -15,7 +15,7 @@ import anyio
 
 from .._errors import StoreUnavailable
 from ..stores._connect import NO_OPTIONS, ConnectOptions
-from ..stores._spi import Busy, Grant, LockInfo, Owner, Record, Session, Store, Watch
+from ..stores._spi import Busy, Grant, HeldBack, LockInfo, Owner, Record, Session, Store, Watch
 
 
 class FaultyStore(Store):
@@ -39,8 +39,8 @@ class FaultyStore(Store):
     def url(self) -> str:
         return self.inner.url
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
-        return await self.inner.open_session(ttl, owner)
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+        return await self.inner.open_session(ttl, owner, lock_delay)
 
     async def keep_alive(self, session: Session) -> bool:
         self.keep_alive_calls += 1
@@ -73,6 +73,9 @@ class FaultyStore(Store):
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         return await self.inner.locks(name)
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        return await self.inner.held_back(name)
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
         return await self.inner.proclaim(session, name, token, value)
