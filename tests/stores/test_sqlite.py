@@ -17,8 +17,9 @@ import pytest
 
 import tenure
 from tenure import StoreUnavailable
+from tenure._clock import REAL_CLOCK
 from tenure.stores import sqlite as sqlite_store
-from tenure.stores._spi import Grant, Owner
+from tenure.stores._spi import Grant, Owner, Session
 from tenure.stores.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -125,7 +126,11 @@ async def test_dead_waiter_is_skipped_when_the_lock_expires(tmp_path: Path) -> N
     db = tmp_path / "s.db"
 
     def start(ttl: float) -> subprocess.Popen[bytes]:
-        script = f"import tenure, time; c = tenure.connect({url(db)!r}); c.acquire('q', ttl={ttl})"
+        # No lock-delay: this test is about the expiry, not the delay after it.
+        script = (
+            f"import tenure, time; c = tenure.connect({url(db)!r}, lock_delay=0);"
+            f" c.acquire('q', ttl={ttl})"
+        )
         return subprocess.Popen([sys.executable, "-c", script + "; time.sleep(60)"])
 
     async with tenure.connect_async(url(db)) as c:
@@ -280,7 +285,7 @@ def event_count(db: Path, name: str | None = None) -> int:
         raw.close()
 
 
-async def test_a_schema_1_file_gets_the_value_column(tmp_path: Path) -> None:
+async def test_a_schema_1_file_gets_the_value_and_lock_delay_columns(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     raw = sqlite3.connect(db)
     raw.executescript(SCHEMA_1)
@@ -298,8 +303,97 @@ async def test_a_schema_1_file_gets_the_value_column(tmp_path: Path) -> None:
         await first.aclose()
         await second.aclose()
     raw = sqlite3.connect(db)
-    assert raw.execute("SELECT value FROM tenure_meta WHERE key = 'schema'").fetchone() == ("2",)
+    assert raw.execute("SELECT value FROM tenure_meta WHERE key = 'schema'").fetchone() == ("3",)
     raw.close()
+
+
+async def test_a_schema_2_file_with_a_live_lock_gets_lock_delay(tmp_path: Path) -> None:
+    """A lock taken by an older tenure survives the upgrade, and has no lock-delay (it never
+    asked for one); new sessions get theirs."""
+    db = tmp_path / "s.db"
+    raw = sqlite3.connect(db)
+    raw.executescript(
+        SCHEMA_1.replace("waiter INTEGER)", "waiter INTEGER, value TEXT)").replace("'1'", "'2'")
+    )
+    now = REAL_CLOCK.now()
+    raw.execute(
+        "INSERT INTO tenure_sessions (boot, expires, ttl, host, pid, label)"
+        " VALUES (?, ?, 1, 'h', 1, '')",
+        (sqlite_store.boot_id(), now + 0.5),
+    )
+    raw.execute("INSERT INTO tenure_locks (name, token, session) VALUES ('old', 7, 1)")
+    raw.commit()
+    raw.close()
+    store = SQLiteStore.from_url(url(db))
+    try:
+        [info] = await store.locks("old")
+        assert info.token == 7
+        await anyio.sleep(0.6)
+        assert await store.held_back() == []  # expired, with no delay of its own
+        session = await store.open_session(10, Owner("h", 2), lock_delay=5)
+        grant = await store.attempt(session, "old", None, False)
+        assert isinstance(grant, Grant) and grant.token == 8
+        await store.close_session(session)
+    finally:
+        await store.aclose()
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT value FROM tenure_meta WHERE key = 'schema'").fetchone() == ("3",)
+    raw.close()
+
+
+# -- lock-delay ------------------------------------------------------------------------------
+
+
+async def _expired_holder(store: SQLiteStore, name: str, delay: float) -> tuple[Session, int]:
+    """A session holding ``name`` that expires at once (never kept alive), and its token."""
+    dead = await store.open_session(0.2, Owner("h", 1), lock_delay=delay)
+    grant = await store.attempt(dead, name, None, False)
+    assert isinstance(grant, Grant)
+    await anyio.sleep(0.3)
+    return dead, grant.token
+
+
+async def test_the_sweep_keeps_the_hold_back_and_a_late_release_frees_nothing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteStore.from_url(url(db))
+    try:
+        dead, token = await _expired_holder(store, "n", 3)
+        await store.release(dead, "n", token)  # too late: the session ended without a release
+        live = await store.open_session(10, Owner("h", 2))  # sweeps the expired session
+        raw = sqlite3.connect(db)
+        assert raw.execute("SELECT count(*) FROM tenure_sessions").fetchone() == (1,)
+        assert raw.execute("SELECT name, token FROM tenure_held").fetchall() == [("n", token)]
+        raw.close()
+        await store.close_session(dead)  # a late close frees nothing either
+        [held] = await store.held_back()
+        assert (held.name, held.token) == ("n", token) and 2 < held.free_in <= 3
+        assert not isinstance(await store.attempt(live, "n", None, False), Grant)
+        await store.close_session(live)
+    finally:
+        await store.aclose()
+
+
+async def test_a_hold_back_from_an_earlier_boot_is_over(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = SQLiteStore.from_url(url(db))
+    try:
+        await _expired_holder(store, "swept", 60)
+        await _expired_holder(store, "unswept", 60)  # its open_session swept the first one
+        assert [held.name for held in await store.held_back()] == ["swept", "unswept"]
+        raw = sqlite3.connect(db)
+        raw.execute("UPDATE tenure_sessions SET boot = 'an-earlier-boot'")
+        raw.execute("UPDATE tenure_held SET boot = 'an-earlier-boot'")
+        raw.commit()
+        raw.close()
+        assert await store.held_back() == []
+        live = await store.open_session(10, Owner("h", 3))
+        for name in ("swept", "unswept"):
+            assert isinstance(await store.attempt(live, name, None, False), Grant)
+        await store.close_session(live)
+    finally:
+        await store.aclose()
 
 
 async def test_events_stay_bounded_and_a_watch_left_behind_gets_the_state(

@@ -10,6 +10,10 @@
   waiter only: SQLite has no notifications, so each waiter listens on its own FIFO. The woken
   waiter just reads its grant; nobody can barge in between. A waiter also wakes when the
   holder's lease could expire (a crashed holder releases nothing), and at least every few seconds.
+- Lock-delay (rule 8) by the same boot clock: a lock whose session expired stays ungrantable
+  until ``expires + lock_delay`` (the session's column). The sweep that forgets expired sessions
+  moves such names to ``tenure_held``; until then the expired lock row itself says so. A release
+  or close by a live session frees at once; one by an expired session frees nothing early.
 - Leader election: the holder may ``proclaim`` a value (a column of its lock row). Watches are
   FIFOs too, one per watch, listed in ``tenure_observers``. Every transaction that changes a
   watched name appends the new state to ``tenure_events`` (so nothing is missed between two
@@ -44,6 +48,7 @@ from ._spi import (
     Capabilities,
     Change,
     Grant,
+    HeldBack,
     LockInfo,
     Owner,
     Record,
@@ -61,7 +66,8 @@ CREATE TABLE IF NOT EXISTS tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS tenure_sessions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     boot TEXT NOT NULL, expires REAL NOT NULL, ttl REAL NOT NULL,
-    host TEXT NOT NULL, pid INTEGER NOT NULL, label TEXT NOT NULL);
+    host TEXT NOT NULL, pid INTEGER NOT NULL, label TEXT NOT NULL,
+    lock_delay REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS tenure_tokens (name TEXT PRIMARY KEY, last INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_locks (
     name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL,
@@ -79,7 +85,9 @@ CREATE TABLE IF NOT EXISTS tenure_events (
 CREATE INDEX IF NOT EXISTS tenure_events_name ON tenure_events (name, seq);
 CREATE TABLE IF NOT EXISTS tenure_records (
     key TEXT PRIMARY KEY, value TEXT NOT NULL, version INTEGER NOT NULL);
-INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '2');
+CREATE TABLE IF NOT EXISTS tenure_held (
+    name TEXT PRIMARY KEY, token INTEGER NOT NULL, boot TEXT NOT NULL, until REAL NOT NULL);
+INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '3');
 """
 # tenure_events: ``token`` NULL means freed; ``prev`` is the seq of the name's previous event
 # (0: none), so a watch can tell that pruning removed events it had not read yet.
@@ -88,6 +96,15 @@ EVENTS_KEPT = 100
 """Events kept per name: a watch further behind than this reports the current state instead."""
 
 LIVE = "s.boot = :boot AND s.expires > :now"
+# Held back by lock-delay: a name swept into tenure_held, or one whose lock row belongs to a
+# session that expired (in this boot: no process outlives a reboot) less than its delay ago.
+HELD = (
+    "SELECT h.name, h.token, h.until FROM tenure_held h"
+    " WHERE h.boot = :boot AND h.until > :now {where}"
+    " UNION ALL SELECT l.name, l.token, s.expires + s.lock_delay"
+    " FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+    " WHERE s.boot = :boot AND s.expires <= :now AND s.expires + s.lock_delay > :now {where}"
+)
 
 
 def boot_id() -> str:
@@ -115,18 +132,27 @@ def _with_busy_retry(fn: Callable[[], object]) -> None:
             time.sleep(0.005)
 
 
-def _has_value_column(db: sqlite3.Connection) -> bool:
-    return any(row[1] == "value" for row in db.execute("PRAGMA table_info(tenure_locks)"))
+def _has_column(db: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})"))
+
+
+def _is_current(db: sqlite3.Connection) -> bool:
+    return _has_column(db, "tenure_locks", "value") and _has_column(
+        db, "tenure_sessions", "lock_delay"
+    )
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Schema 1 -> 2: the lock's proclaimed value. Checked again under the write lock, as
-    another process may be upgrading the same file right now."""
+    """Schema 1 -> 2: the lock's proclaimed value; 2 -> 3: the session's lock-delay (the
+    SCHEMA script has made ``tenure_held``). Checked again under the write lock, as another
+    process may be upgrading the same file right now."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        if not _has_value_column(db):
+        if not _has_column(db, "tenure_locks", "value"):
             db.execute("ALTER TABLE tenure_locks ADD COLUMN value TEXT")
-            db.execute("UPDATE tenure_meta SET value = '2' WHERE key = 'schema'")
+        if not _has_column(db, "tenure_sessions", "lock_delay"):
+            db.execute("ALTER TABLE tenure_sessions ADD COLUMN lock_delay REAL NOT NULL DEFAULT 0")
+        db.execute("UPDATE tenure_meta SET value = '3' WHERE key = 'schema'")
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
@@ -165,7 +191,8 @@ class SQLiteStore(Store):
         store_judges_expiry=True,
         fair=True,
         native_wait=True,
-        notes="one machine only; expiry by the host's boot clock; waiters woken through FIFOs",
+        notes="one machine only; expiry and lock-delay by the host's boot clock (a reboot ends"
+        " a lock-delay: no process outlives it); waiters woken through FIFOs",
     )
 
     def __init__(self, path: Path) -> None:
@@ -219,7 +246,7 @@ class SQLiteStore(Store):
             _with_busy_retry(lambda: db.execute("PRAGMA journal_mode=WAL"))
             db.execute("PRAGMA synchronous=FULL")
             _with_busy_retry(lambda: db.executescript(SCHEMA))
-            if not _has_value_column(db):
+            if not _is_current(db):
                 _with_busy_retry(lambda: _upgrade(db))
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
@@ -285,13 +312,13 @@ class SQLiteStore(Store):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         def tx(db: sqlite3.Connection, now: float) -> int:
             self._sweep(db, now)
             cur = db.execute(
-                "INSERT INTO tenure_sessions (boot, expires, ttl, host, pid, label)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (self._boot, now + ttl, ttl, owner.host, owner.pid, owner.label),
+                "INSERT INTO tenure_sessions (boot, expires, ttl, host, pid, label, lock_delay)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (self._boot, now + ttl, ttl, owner.host, owner.pid, owner.label, lock_delay),
             )
             assert cur.lastrowid is not None
             return cur.lastrowid
@@ -299,9 +326,19 @@ class SQLiteStore(Store):
         return SQLiteSession(await self._transaction(tx), ttl)
 
     def _sweep(self, db: sqlite3.Connection, now: float) -> None:
-        """Forget expired sessions and what they held (their counters stay)."""
+        """Forget expired sessions and what they held (their counters stay); names still
+        within their lock-delay move to ``tenure_held``."""
         dead = "SELECT id FROM tenure_sessions s WHERE NOT (" + LIVE + ")"
         params = self._params(now)
+        db.execute("DELETE FROM tenure_held WHERE NOT (boot = :boot AND until > :now)", params)
+        db.execute(
+            "INSERT INTO tenure_held (name, token, boot, until)"
+            " SELECT l.name, l.token, s.boot, s.expires + s.lock_delay"
+            " FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+            " WHERE s.boot = :boot AND s.expires <= :now AND s.expires + s.lock_delay > :now"
+            " ON CONFLICT (name) DO UPDATE SET token = excluded.token, until = excluded.until",
+            params,
+        )
         freed = db.execute(
             f"DELETE FROM tenure_locks WHERE session IN ({dead}) RETURNING name", params
         )
@@ -327,6 +364,9 @@ class SQLiteStore(Store):
         assert isinstance(session, SQLiteSession)
 
         def tx(db: sqlite3.Connection, now: float) -> list[int]:
+            # Closing is a release, but not for a session that has already expired: the sweep
+            # holds its names back (and forgets it) first.
+            self._sweep(db, now)
             query = "SELECT name FROM tenure_locks WHERE session = ?"
             names = [row[0] for row in db.execute(query, (session.id,))]
             db.execute("DELETE FROM tenure_locks WHERE session = ?", (session.id,))
@@ -361,7 +401,8 @@ class SQLiteStore(Store):
             nonlocal mine
             params = self._params(now, id=session.id, name=name)
             holder = self._holder(db, name, now)
-            if holder is None:
+            held = [] if holder is not None else self._held(db, now, name)
+            if holder is None and not held:
                 head = self._live_head(db, name, now, None if mine is None else mine.seq)
                 if head is None or (mine is not None and head == mine.seq):
                     return self._grant(db, now, session, name, mine)
@@ -378,8 +419,13 @@ class SQLiteStore(Store):
                     mine = self._enqueue(db, session, name, mine.wake, mine.fd)
             elif enqueue and fifo is not None:
                 mine = self._enqueue(db, session, name, *fifo)
-            # Free but others ahead: poll gently, in case those ahead died without a wake-up.
-            retry = Busy.AHEAD_POLL if holder is None else max(0.0, holder.expires_in) + 0.001
+            if held:  # nobody hands it over when the delay ends: come back then
+                retry = held[0].free_in + 0.001
+            elif holder is None:
+                # Free but others ahead: poll gently, in case those ahead died without a wake-up.
+                retry = Busy.AHEAD_POLL
+            else:  # if the holder expires, its lock-delay follows
+                retry = max(0.0, holder.expires_in) + self._delay_of(db, name) + 0.001
             return Busy(holder=holder, ticket=mine, retry_in=retry)
 
         while True:
@@ -429,6 +475,24 @@ class SQLiteStore(Store):
         token, host, pid, label, expires, waiters, value = row
         return LockInfo(name, token, Owner(host, pid, label), expires - now, waiters, value)
 
+    def _held(self, db: sqlite3.Connection, now: float, name: str | None) -> list[HeldBack]:
+        """The names held back by lock-delay now (only ``name``, if given), by name."""
+        query = HELD.format(where="" if name is None else "AND name = :name")
+        latest: dict[str, HeldBack] = {}
+        for each, token, until in db.execute(query, self._params(now, name=name)):
+            if each not in latest or until - now > latest[each].free_in:
+                latest[each] = HeldBack(each, token, until - now)
+        return sorted(latest.values(), key=lambda held: held.name)
+
+    @staticmethod
+    def _delay_of(db: sqlite3.Connection, name: str) -> float:
+        query = (
+            "SELECT s.lock_delay FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+            " WHERE l.name = ?"
+        )
+        row = db.execute(query, (name,)).fetchone()
+        return 0.0 if row is None else float(row[0])
+
     def _grant(
         self,
         db: sqlite3.Connection,
@@ -449,6 +513,7 @@ class SQLiteStore(Store):
         # A row left by an expired holder (the caller saw no live one): freeing it is a change.
         if db.execute("DELETE FROM tenure_locks WHERE name = ?", (name,)).rowcount:
             self._record(db, name, now)
+        db.execute("DELETE FROM tenure_held WHERE name = ?", (name,))  # its delay has passed
         db.execute(
             "INSERT INTO tenure_locks (name, token, session) VALUES (?, ?, ?)",
             (name, token, session.id),
@@ -507,9 +572,12 @@ class SQLiteStore(Store):
         assert isinstance(session, SQLiteSession)
 
         def tx(db: sqlite3.Connection, now: float) -> list[int]:
+            # Only a live session's release frees the name: one that expired ended without a
+            # release, and its lock row now holds the name back.
             cur = db.execute(
-                "DELETE FROM tenure_locks WHERE name = ? AND token = ? AND session = ?",
-                (name, token, session.id),
+                "DELETE FROM tenure_locks WHERE name = :name AND token = :token AND session = :id"
+                " AND session IN (SELECT id FROM tenure_sessions s WHERE " + LIVE + ")",
+                self._params(now, name=name, token=token, id=session.id),
             )
             if cur.rowcount == 0:
                 return []  # not ours (any more): nothing to release, nobody to wake
@@ -531,6 +599,12 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         return [info for info in found if info is not None]
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        try:
+            return self._held(self._db, REAL_CLOCK.now(), name)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
 
     async def aclose(self) -> None:
         while self._spare:
@@ -801,6 +875,7 @@ class SQLiteStore(Store):
             if fd is None:
                 continue
             db.execute("DELETE FROM tenure_waiters WHERE seq = ?", (seq,))
+            db.execute("DELETE FROM tenure_held WHERE name = ?", (name,))  # only a stale one
             token = self._next_token(db, name)
             db.execute(
                 "INSERT OR REPLACE INTO tenure_locks (name, token, session, waiter)"
