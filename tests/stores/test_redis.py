@@ -1,7 +1,8 @@
 """What only the Redis stores must show: compare-by-token release, a counter that is never
 deleted, growing tokens, dead waiters skipped, hand-over by push, no trace when busy, redacted
-passwords, the server's clock judging expiry; and for Redlock: a quorum of three, refused
-without one, and tokens that keep growing when the quorum changes. Real ``redis-server``
+passwords, the server's clock judging expiry and lock-delay (hold-back keys); and for Redlock: a
+quorum of three, refused without one, tokens that keep growing when the quorum changes, and a
+lock-delay held until a quorum lets go. Real ``redis-server``
 processes only (plugin_redis's shared servers, or a test's own)."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from plugin_redis import fresh_prefix, redlock_healthy
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Session, Store
-from tenure.stores.redis import RedisStore, RedisTicket
+from tenure.stores.redis import RedisSession, RedisStore, RedisTicket
 from tenure.stores.redlock import RedlockStore
 from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
 from tenure.testing.redis_server import RedisServer
@@ -163,6 +164,71 @@ async def test_the_servers_clock_judges_expiry() -> None:
             assert await store.locks("clock") == []
             other = await store.open_session(30, OWNER)
             assert await grant(store, other, "clock") > token
+        finally:
+            await store.aclose()
+
+
+async def test_a_hold_back_outlives_its_session_by_the_lock_delay(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    def pttl(kind: str, ident: str) -> int:
+        return int(redis_server.command("PTTL", f"{store.prefix}:{kind}:{ident}"))
+
+    session = await store.open_session(10, OWNER, 3.0)
+    assert isinstance(session, RedisSession)
+    try:
+        token = await grant(store, session, "hb")
+        for _ in range(2):  # after the grant, then after a renewal
+            assert 2_900 < pttl("h", "hb") - pttl("s", session.id) <= 3_000
+            assert redis_server.command("GET", f"{store.prefix}:h:hb") == str(token)
+            assert await store.held_back() == []  # held, not held back
+            assert await store.keep_alive(session)
+        await store.release(session, "hb", token)  # a clean release frees the name at once
+        assert pttl("h", "hb") == -2
+        await grant(store, session, "hb")
+        await store.close_session(session)  # and so does closing the session
+        assert pttl("h", "hb") == -2 and pttl("d", session.id) == -2
+    finally:
+        await store.close_session(session)
+
+
+async def test_a_session_of_the_earlier_protocol_has_no_lock_delay(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    """A session opened before lock-delay existed (``open`` with no delay) keeps working, and
+    its locks are free at once when it expires."""
+    old = RedisSession("0ld5e55i0n", 0.3, '{"host": "old", "pid": 1, "label": ""}')
+    await store.instance.call("open", old.id, "300", old.owner)
+    new = await store.open_session(10, OWNER)
+    try:
+        token = await grant(store, old, "old")
+        await until_gone(redis_server, f"{store.prefix}:s:{old.id}")
+        assert await store.held_back("old") == []
+        assert await grant(store, new, "old") > token
+    finally:
+        await store.close_session(new)
+
+
+async def test_the_servers_clock_judges_the_lock_delay() -> None:
+    """The hold-back expires by the server's wall clock: a jump of it ends the delay early (the
+    caveat in the notes), and the delay is over when the server's clock says so, not before."""
+    with RedisServer(clock_shift=True) as server:
+        store = RedisStore.from_url(server.url)
+        try:
+            dead = await store.open_session(0.3, OWNER, 30)  # never kept alive
+            token = await grant(store, dead, "delay")
+            await until_gone(server, f"{store.prefix}:s:{dead.id}")  # type: ignore[attr-defined]
+            live = await store.open_session(300, OWNER)
+            busy = await store.attempt(live, "delay", None, False)
+            assert isinstance(busy, Busy) and busy.holder is None
+            assert busy.retry_in is not None and 25 < busy.retry_in <= 30.1
+            server.clock_jump(20)
+            busy = await store.attempt(live, "delay", None, False)
+            assert isinstance(busy, Busy) and busy.retry_in is not None and busy.retry_in <= 10.1
+            [held] = await store.held_back()
+            assert held.name == "delay" and held.token == token and 5 < held.free_in <= 10.1
+            server.clock_jump(15)
+            assert await grant(store, live, "delay") > token
         finally:
             await store.aclose()
 
@@ -334,6 +400,38 @@ async def test_redlock_tokens_grow_when_the_quorum_changes(
         tokens.append(await one_grant(url))  # quorum a, c: only c remembers, and it suffices
         assert tokens == sorted(set(tokens)), tokens
     finally:
+        redlock_healthy(redlock_servers)
+
+
+async def test_redlock_holds_back_until_a_quorum_of_servers_lets_go(
+    redlock_servers: list[RedisServer],
+) -> None:
+    """Each server keeps its own hold-back: one server restarted empty cannot grant alone, two
+    can (a restart without persistence loses the lock-delay, as it loses locks)."""
+    _, b, c = redlock_servers
+    store = RedlockStore.from_url(redlock_url(redlock_servers, fresh_prefix()))
+    try:
+        dead = await store.open_session(0.5, OWNER, 60)  # never kept alive
+        token = await grant(store, dead, "rd")
+        with anyio.fail_after(10):
+            while await store.locks("rd"):
+                await anyio.sleep(0.05)
+        c.kill()
+        c.start()  # empty: it forgot its hold-back
+        live = await store.open_session(30, OWNER)
+        busy = await store.attempt(live, "rd", None, False)
+        assert isinstance(busy, Busy) and busy.holder is None and busy.ticket is None
+        assert busy.retry_in is not None and 50 < busy.retry_in <= 60.1
+        [held] = await store.held_back()
+        assert held.name == "rd" and held.token == token and 50 < held.free_in <= 60
+        b.kill()
+        b.start()  # now only one server holds back: a quorum grants
+        assert await store.held_back("rd") == []
+        later = await store.open_session(30, OWNER)  # b forgot the sessions too
+        assert await grant(store, later, "rd") > token
+        await store.close_session(later)
+    finally:
+        await store.aclose()
         redlock_healthy(redlock_servers)
 
 

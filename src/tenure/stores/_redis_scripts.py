@@ -17,6 +17,12 @@ on each of N independent servers. Keys, under a prefix (``?prefix=``, default ``
   live while its session key is; dead ones are dropped when they reach the head.
 - ``P:w:<rid>`` a waiter's wake-up list: a hand-over pushes the token there, the waiter
   blocks on it (``BLPOP``).
+- ``P:d:<sid>`` the session's lock-delay in ms (absent: none), ``PX`` = TTL like the session.
+- ``P:h:<name>`` the hold-back (lock-delay, DESIGN rule 8): the holder's token, ``PX`` = the
+  holder session's time left + its lock-delay, set with each grant and renewal of a holder
+  with a lock-delay, deleted by a release and by ``close``. While it lives and nobody holds the
+  lock, the name is granted to nobody (waiters queue and keep their places); it outlives its
+  session by exactly the lock-delay, on the server's clock.
 - ``P:e:<name>`` the lock's events (a stream, ``XADD``): every grant, value and release, for
   watches; trimmed to about ``EVENTS_KEPT`` entries and expiring a day after the last one.
 
@@ -62,7 +68,7 @@ from ._connect import (
     scrub,
     tls_failure,
 )
-from ._spi import Change, LockInfo, Owner
+from ._spi import Change, HeldBack, LockInfo, Owner
 
 DEFAULT_PORT = 6379
 DEFAULT_PREFIX = "tenure"
@@ -80,6 +86,10 @@ local function key(kind, id) return P .. ':' .. kind .. ':' .. id end
 
 local function alive(sid) return redis.call('exists', key('s', sid)) == 1 end
 local function left(sid) return redis.call('pttl', key('s', sid)) end
+local function delay(sid) return tonumber(redis.call('get', key('d', sid))) or 0 end
+
+-- Ms the free name is still held back by lock-delay (0: not held back).
+local function held_back(name) return math.max(0, redis.call('pttl', key('h', name))) end
 
 -- Each change of a lock goes to its event stream, for watches.
 local function note(name, fields)
@@ -117,7 +127,10 @@ local function grant(name, sid, rid, score, floor)
   local owner = redis.call('get', key('s', sid))
   local l = key('l', name)
   redis.call('hset', l, 's', sid, 't', t, 'r', rid, 'q', score, 'o', owner)
-  redis.call('pexpire', l, math.max(1, left(sid)))
+  local ms, d = math.max(1, left(sid)), delay(sid)
+  redis.call('pexpire', l, ms)
+  if d > 0 then redis.call('set', key('h', name), t, 'PX', ms + d)
+  else redis.call('del', key('h', name)) end
   redis.call('del', key('w', rid))
   note(name, {'t', t, 's', sid, 'o', owner})
   return t
@@ -135,8 +148,10 @@ local function first(name)
   end
 end
 
--- The lock is free: grant it to the first live waiter and wake that waiter only.
+-- The lock is free: grant it to the first live waiter and wake that waiter only (not while
+-- held back: then the first waiter to ask again after the delay hands it over).
 local function hand_over(name)
+  if held_back(name) > 0 then return end
   local rid, sid, score = first(name)
   if not rid then return end
   redis.call('zrem', key('q', name), rid)
@@ -161,19 +176,26 @@ local function queue(sid, q, score, rid)
   if redis.call('pttl', q) < ms then redis.call('pexpire', q, ms) end
 end
 
-if op == 'open' then  -- sid ttl owner
+if op == 'open' then  -- sid ttl owner lock-delay
   redis.call('set', key('s', ARGV[3]), ARGV[5], 'PX', ARGV[4])
+  if (tonumber(ARGV[6]) or 0) > 0 then
+    redis.call('set', key('d', ARGV[3]), ARGV[6], 'PX', ARGV[4])
+  end
   return 1
 
 elseif op == 'renew' then  -- sid ttl: the session and all it holds or waits for
   local sid, ttl = ARGV[3], tonumber(ARGV[4])
   if redis.call('pexpire', key('s', sid), ttl) == 0 then return 0 end
+  redis.call('pexpire', key('d', sid), ttl)
+  local d = delay(sid)
   local renewed = {'ok'}  -- and the names of the locks renewed (Redlock counts them)
   local n = key('n', sid)
   for _, name in ipairs(redis.call('hkeys', n)) do
     local l = key('l', name)
-    if redis.call('hget', l, 's') == sid then
+    local h = redis.call('hmget', l, 's', 't')
+    if h[1] == sid then
       redis.call('pexpire', l, ttl)
+      if d > 0 then redis.call('set', key('h', name), h[2], 'PX', ttl + d) end
       renewed[#renewed + 1] = name
     end
     local q = key('q', name)
@@ -184,13 +206,13 @@ elseif op == 'renew' then  -- sid ttl: the session and all it holds or waits for
 
 elseif op == 'close' then  -- sid
   local sid = ARGV[3]
-  redis.call('del', key('s', sid))
+  redis.call('del', key('s', sid), key('d', sid))
   local n = key('n', sid)
   for _, name in ipairs(redis.call('hkeys', n)) do
     local l = key('l', name)
     local h = redis.call('hmget', l, 's', 't')
     if h[1] == sid then
-      redis.call('del', l)
+      redis.call('del', l, key('h', name))
       note(name, {'was', h[2]})
       hand_over(name)
     end
@@ -205,7 +227,9 @@ elseif op == 'attempt' then  -- sid name rid enqueue score floor
   local q = key('q', name)
   local h = holder(name)
   if h and h[3] == rid then return {'granted', h[2], h[4]} end
-  if not h then
+  local back = 0
+  if not h then back = held_back(name) end
+  if not h and back == 0 then
     local top = first(name)
     if not top or top == rid then
       if top then redis.call('zrem', q, rid) else involve(sid, name, 1) end
@@ -224,7 +248,7 @@ elseif op == 'attempt' then  -- sid name rid enqueue score floor
   end
   h = h or {false, false, false, false, false, false}
   local ms = redis.call('pttl', key('l', name))
-  return {'busy', mine or false, h[2], h[5], h[6], ms, redis.call('zcard', q), h[3], h[4]}
+  return {'busy', mine or false, h[2], h[5], h[6], ms, redis.call('zcard', q), h[3], h[4], back}
 
 elseif op == 'release' then  -- sid name token rid ('' for either: matched by the other)
   local sid, name = ARGV[3], ARGV[4]
@@ -234,7 +258,7 @@ elseif op == 'release' then  -- sid name token rid ('' for either: matched by th
     involve(sid, name, -1)
   end
   if h[1] ~= sid or (h[2] ~= ARGV[5] and h[3] ~= ARGV[6]) then return 0 end
-  redis.call('del', l)
+  redis.call('del', l, key('h', name))
   involve(sid, name, -1)
   note(name, {'was', h[2]})
   hand_over(name)
@@ -247,7 +271,7 @@ elseif op == 'leave' then  -- sid name rid score: leave the queue, or ('' score)
   local was = redis.call('zrem', q, rid) == 1
   local h = redis.call('hmget', l, 'r', 't')
   if h[1] == rid then  -- handed to us as we gave up: pass it on
-    redis.call('del', l)
+    redis.call('del', l, key('h', name))
     note(name, {'was', h[2]})
     was = true
   end
@@ -279,6 +303,9 @@ elseif op == 'raise' then  -- name rid token: counter >= token; the grant of rid
   if h[1] ~= rid then return 0 end
   if tonumber(h[2]) < t then
     redis.call('hset', l, 't', t)
+    if redis.call('exists', key('h', name)) == 1 then
+      redis.call('set', key('h', name), t, 'KEEPTTL')
+    end
     local f = {'t', t, 's', h[3], 'o', h[4]}
     if h[5] then f[7] = 'v'; f[8] = h[5] end
     note(name, f)
@@ -308,6 +335,13 @@ elseif op == 'rlist' then  -- prefix: key, value, version of each record, in key
     if h[1] then out[#out + 1] = k; out[#out + 1] = h[1]; out[#out + 1] = h[2] end
   end
   return out
+
+elseif op == 'held' then  -- name: its hold-back's token and ms left, if nobody holds it
+  local name = ARGV[3]
+  if holder(name) then return false end
+  local back = held_back(name)
+  if back == 0 then return false end
+  return {redis.call('get', key('h', name)), back}
 
 elseif op == 'info' then  -- name
   local name = ARGV[3]
@@ -428,6 +462,11 @@ def ms(seconds: float) -> str:
     return str(max(1, math.ceil(seconds * 1000)))
 
 
+def delay_ms(lock_delay: float) -> str:
+    """A lock-delay in ms for the script, rounded up (never shorter); "0": none."""
+    return str(max(0, math.ceil(lock_delay * 1000)))
+
+
 def change_of(name: str, fields: dict[str, str]) -> Change:
     """A ``Change`` from one event of a lock's stream."""
     if "t" not in fields:
@@ -520,15 +559,16 @@ class Instance:
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:
             raise self.unavailable(exc) from None
 
-    async def lock_names(self) -> list[str]:
-        start = len(self.key("l", ""))
+    async def lock_names(self, kind: str = "l") -> list[str]:
+        """The names that have a key of ``kind``: ``l`` the locks, ``h`` the hold-backs."""
+        start = len(self.key(kind, ""))
         names = []
         try:
             with anyio.fail_after(CALL_TIMEOUT * 4):
                 # SCAN ignores the ACL's key patterns: touch a key of the prefix first, so a
                 # user who may not use this prefix is refused here, not shown its lock names.
                 await self.client.exists(self.key("c", ""))
-                async for key in self.client.scan_iter(match=self.key("l", "*"), count=1000):
+                async for key in self.client.scan_iter(match=self.key(kind, "*"), count=1000):
                     names.append(str(key)[start:])
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:
             raise self.unavailable(exc) from None
@@ -541,6 +581,13 @@ class Instance:
         token, owner, value, left, waiters = row[:5]
         expires = max(0.0, int(left) / 1000)
         return LockInfo(name, int(token), parse_owner(owner), expires, int(waiters), value)
+
+    async def held(self, name: str) -> HeldBack | None:
+        """The hold-back of ``name`` on this server, if it is free and held back."""
+        row = await self.call("held", name)
+        if not row:
+            return None
+        return HeldBack(name, int(row[0] or 0), int(row[1]) / 1000)
 
     async def pop_wake(self, rid: str, timeout: float) -> str | None:
         """The token a hand-over pushed to this waiter, waiting up to ``timeout`` seconds (None:

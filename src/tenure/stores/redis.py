@@ -48,6 +48,13 @@ every call is one atomic round trip, judged by the Redis server's clock (``PX``)
   the waiter, blocked in ``BLPOP`` on it, takes the grant without another call: release → next
   grant is the release's round trip plus one push. A waiter whose session died is skipped.
   ``attempt(enqueue=False)`` writes nothing when the lock is busy.
+- **Lock-delay** (rule 8): a session's lock-delay is kept beside its key (``P:d:<sid>``); each
+  grant to it and each renewal also sets a hold-back key per held name whose ``PX`` is the
+  session's TTL + lock-delay, so on the server's clock it outlives the session by exactly the
+  lock-delay. The grant script (``attempt`` and every hand-over) refuses while that key lives
+  and nobody holds the lock, answering its ``PTTL`` as ``retry_in``; waiters stay queued, and
+  the first to ask after the delay hands the lock to the head of the queue. ``release`` and
+  ``close_session`` delete the key with the lock. ``held_back`` lists the keys with no holder.
 - **A request id** (``<session>/<n>``) names each attempt: a retried call finds its own grant or
   queue place, and a first attempt whose answer was lost is swept (released or dequeued) at the
   next keep-alive.
@@ -64,8 +71,9 @@ every call is one atomic round trip, judged by the Redis server's clock (``PX``)
 Not guaranteed (why it is efficiency-grade): Redis replicates asynchronously and does not
 ``fsync`` each write, so a fail-over to a replica (or a restart without persistence) can lose a
 granted lock *and* the token counter: a second holder can be granted while the first still
-believes it holds, with a token that does not grow. Expiry follows the server's wall clock: a
-clock jump on the server expires leases early. Fencing still refuses a stale writer wherever the
+believes it holds, with a token that does not grow; it can lose a hold-back key too, so the
+lock-delay is lost with the lock. Expiry follows the server's wall clock: a clock jump on the
+server expires leases (and lock-delays) early. Fencing still refuses a stale writer wherever the
 token order survived.
 """
 
@@ -80,12 +88,22 @@ import anyio
 
 from .._errors import LeaseLost, StoreUnavailable
 from ._connect import NO_OPTIONS, ConnectOptions
-from ._redis_scripts import Instance, RedisURL, change_of, ms, owner_json, parse_owner, parse_url
+from ._redis_scripts import (
+    Instance,
+    RedisURL,
+    change_of,
+    delay_ms,
+    ms,
+    owner_json,
+    parse_owner,
+    parse_url,
+)
 from ._spi import (
     Busy,
     Capabilities,
     Change,
     Grant,
+    HeldBack,
     LockInfo,
     Owner,
     Record,
@@ -97,7 +115,8 @@ from ._spi import (
 NOTES = (
     "efficiency-grade: use for avoiding duplicate work, not for correctness — Redis replicates"
     " asynchronously, so a fail-over (or a restart without persistence) can lose a lock and its"
-    " token counter, and a jump of the server's clock expires leases early"
+    " token counter (and a hold-back key: the lock-delay is lost with the lock), and a jump of"
+    " the server's clock expires leases and lock-delays early"
 )
 
 
@@ -125,6 +144,11 @@ class RedisTicket:
     handed: int | None = None
     """The token a hand-over pushed to us (read by ``wait``): ``attempt`` returns it at once."""
     left: bool = False
+
+
+def held_back_for(row: list[object]) -> float:
+    """Seconds an ``attempt`` script's busy answer says the free name is still held back."""
+    return int(str(row[9])) / 1000 if len(row) > 9 else 0.0
 
 
 def busy_holder(name: str, row: list[object]) -> LockInfo | None:
@@ -200,9 +224,9 @@ class RedisStore(Store):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         session = RedisSession(secrets.token_hex(12), ttl, owner_json(owner))
-        await self.instance.call("open", session.id, ms(ttl), session.owner)
+        await self.instance.call("open", session.id, ms(ttl), session.owner, delay_ms(lock_delay))
         return session
 
     async def keep_alive(self, session: Session) -> bool:
@@ -255,6 +279,8 @@ class RedisStore(Store):
         if row[1]:
             mine = ticket or RedisTicket(session, name, rid, str(row[1]))
         retry = Busy.AHEAD_POLL if holder is None else holder.expires_in + 0.001
+        if holder is None and (back := held_back_for(row)) > 0:
+            retry = back + 0.001  # lock-delay: nothing hands it over when it passes
         return Busy(holder=holder, ticket=mine, retry_in=retry)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
@@ -287,6 +313,11 @@ class RedisStore(Store):
         names = [name] if name is not None else await self.instance.lock_names()
         found = [await self.instance.info(each) for each in names]
         return [info for info in found if info is not None]
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        names = [name] if name is not None else await self.instance.lock_names("h")
+        found = [await self.instance.held(each) for each in names]
+        return [held for held in found if held is not None]
 
     # -- leader election -----------------------------------------------------------------
 

@@ -30,6 +30,10 @@ module only sends each call to all servers at once and counts the answers. Quoru
   server that missed an enqueue) and nobody has a quorum, the waiter with the lowest (score,
   request id) keeps its part and every other gives its part back and queues again with its
   score, so the split resolves towards that one waiter (a short poll, ``SPLIT_RETRY``).
+- **Lock-delay**: every server keeps its own hold-back key, as ``RedisStore`` does, and refuses
+  to grant while it lives; a grant needs a quorum, so the name is held back until a quorum of
+  servers let it go (``retry_in`` and ``held_back``'s ``free_in``: the quorum-th shortest
+  hold-back). A server that restarted empty has forgotten its hold-back, as it has its locks.
 - **Release, leave, proclaim** go to all servers (proclaim needs a quorum). A server that could
   not be reached is swept at the next keep-alive.
 - **Watch** follows every server's event stream and reports a state (a grant with its token and
@@ -59,12 +63,24 @@ from ._redis_scripts import (
     Instance,
     RedisURL,
     change_of,
+    delay_ms,
     ms,
     owner_json,
     parse_url,
 )
-from ._spi import Busy, Capabilities, Change, Grant, LockInfo, Owner, Session, Store, Watch
-from .redis import NOTES, busy_holder
+from ._spi import (
+    Busy,
+    Capabilities,
+    Change,
+    Grant,
+    HeldBack,
+    LockInfo,
+    Owner,
+    Session,
+    Store,
+    Watch,
+)
+from .redis import NOTES, busy_holder, held_back_for
 
 T = TypeVar("T")
 SPLIT_RETRY = 0.05
@@ -259,13 +275,10 @@ class RedlockStore(Store):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         session = RedlockSession(secrets.token_hex(12), ttl, owner_json(owner))
-        results = await self._each(
-            lambda i: i.call(
-                "open", session.id, ms(ttl), session.owner, timeout=self._patience(ttl)
-            )
-        )
+        opening = ("open", session.id, ms(ttl), session.owner, delay_ms(lock_delay))
+        results = await self._each(_op(*opening, timeout=self._patience(ttl)))
         if sum(1 for r in results.values() if r == 1) < self.quorum:
             await self._each(lambda i: i.call("close", session.id))  # best effort; they expire
             raise self._unavailable(results, "opening a session")
@@ -352,12 +365,16 @@ class RedlockStore(Store):
         top = max(holders.values(), key=len, default=[])
         info = top[0][0] if top else None
         retry = SPLIT_RETRY
+        # Lock-delay: a quorum can grant once the quorum-th shortest hold-back has passed.
+        back = sorted(held_back_for(r) if r[0] == "busy" else 0.0 for r in rows.values())
         if len(top) >= self.quorum:
             retry = min(h.expires_in for h, _ in top) + 0.001
+        elif back[self.quorum - 1] > 0:
+            retry = back[self.quorum - 1] + 0.001
         if not queue:
             if granted:
                 await self._give_back(session, name, rid, "", only=set(granted))
-            return Busy(holder=info, ticket=None)
+            return Busy(holder=info, ticket=None, retry_in=retry)
         if granted:
             # A split (or too slow): keep our part only if we are first of those holding parts.
             # While another request holds a quorum our part is harmless (it is passed on when
@@ -476,6 +493,29 @@ class RedlockStore(Store):
         waiters = max(int(r[4]) for r in top)
         self._see(name, holder.token)
         return LockInfo(name, holder.token, holder.owner, expires, waiters, holder.value)
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        if name is None:
+            listed = await self._each(lambda i: i.lock_names("h"))
+            lists = [r for r in listed.values() if not isinstance(r, StoreUnavailable)]
+            if len(lists) < self.quorum:
+                raise self._unavailable(listed, "listing held-back names")
+            names = sorted({n for each in lists for n in each})
+        else:
+            names = [name]
+        found = [await self._held(each) for each in names]
+        return [held for held in found if held is not None]
+
+    async def _held(self, name: str) -> HeldBack | None:
+        """``name``'s hold-back, if too many servers hold it back for a quorum to grant it."""
+        results = await self._each(lambda i: i.held(name))
+        answers = [r for r in results.values() if not isinstance(r, StoreUnavailable)]
+        if len(answers) < self.quorum:
+            raise self._unavailable(results, "reading a hold-back")
+        free_in = sorted(0.0 if r is None else r.free_in for r in answers)[self.quorum - 1]
+        if free_in <= 0:
+            return None
+        return HeldBack(name, max(r.token for r in answers if r is not None), free_in)
 
     # -- leader election -----------------------------------------------------------------
 
