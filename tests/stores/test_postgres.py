@@ -18,6 +18,7 @@ import pytest
 
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
+from tenure.stores._spi import Busy, Grant
 from tenure.stores.postgres import PostgresStore
 from tenure.testing.postgres_server import PostgresServer, free_port
 
@@ -92,7 +93,8 @@ async def test_tokens_strictly_increase_across_restart_and_crash(
 
 async def test_expiry_is_judged_by_the_servers_clock(postgres: PostgresServer) -> None:
     url, schema = fresh_url(postgres)
-    async with tenure.connect_async(url) as a, tenure.connect_async(url) as b:
+    # No lock-delay: this test is about expiry (the delay's clock is tested below).
+    async with tenure.connect_async(url, lock_delay=0) as a, tenure.connect_async(url) as b:
         held = await a.acquire("clock", ttl=3)
         with pytest.raises(tenure.NotAcquired):
             await b.acquire("clock", ttl=3, wait=False)
@@ -120,12 +122,12 @@ async def test_newer_schema_version_is_refused(postgres: PostgresServer) -> None
         assert await client.locks() == []
     with psycopg.connect(postgres.dsn, autocommit=True) as db:
         db.execute(
-            psycopg.sql.SQL("UPDATE {}.meta SET value = '4' WHERE key = 'schema'").format(
+            psycopg.sql.SQL("UPDATE {}.meta SET value = '5' WHERE key = 'schema'").format(
                 psycopg.sql.Identifier(schema)
             )
         )
     async with tenure.connect_async(url) as client:
-        with pytest.raises(StoreUnavailable, match="version 4"):
+        with pytest.raises(StoreUnavailable, match="version 5"):
             await client.locks()
 
 
@@ -157,7 +159,7 @@ async def test_version_1_schema_is_migrated_and_its_counters_kept(
         assert lease.token == 8
     with psycopg.connect(postgres.dsn, autocommit=True) as db:
         query = psycopg.sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema'").format(ident)
-        assert db.execute(query).fetchone() == ("3",)
+        assert db.execute(query).fetchone() == ("4",)
 
 
 async def test_version_2_schema_is_upgraded_for_leader_election(postgres: PostgresServer) -> None:
@@ -188,6 +190,88 @@ async def test_version_2_schema_is_upgraded_for_leader_election(postgres: Postgr
         finally:
             await store.aclose()
         await held.release()
+
+
+async def test_version_3_schema_is_upgraded_for_lock_delay(postgres: PostgresServer) -> None:
+    """Version 4 adds a column with a default, a table and a trigger to version 3 and replaces
+    function bodies (same signatures): a lock taken before the upgrade is kept."""
+    url, schema = fresh_url(postgres)
+    ident = psycopg.sql.Identifier(schema)
+    async with tenure.connect_async(url) as client:
+        held = await client.acquire("kept", ttl=30)
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:  # back to version 3
+            db.execute(
+                psycopg.sql.SQL(
+                    "DROP TRIGGER sessions_hold_back ON {s}.sessions; DROP FUNCTION {s}.hold_back;"
+                    " DROP TABLE {s}.held; ALTER TABLE {s}.sessions DROP COLUMN lock_delay;"
+                    " UPDATE {s}.meta SET value = '3' WHERE key = 'schema'"
+                ).format(s=ident)
+            )
+        store = PostgresStore.from_url(url)
+        try:
+            [info] = await store.locks("kept")  # upgrades on connecting
+            assert info.token == held.token
+            assert await store.held_back() == []
+            session = await store.open_session(30, tenure.Owner("test", 1), lock_delay=5)
+            outcome = await store.attempt(session, "new", None, enqueue=False)
+            assert isinstance(outcome, Grant)
+            await store.close_session(session)
+        finally:
+            await store.aclose()
+        await held.release()
+    with psycopg.connect(postgres.dsn, autocommit=True) as db:
+        query = psycopg.sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema'").format(ident)
+        assert db.execute(query).fetchone() == ("4",)
+
+
+# -- lock-delay -------------------------------------------------------------------------------
+
+
+async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
+    postgres: PostgresServer,
+) -> None:
+    """The session's end and its delay are the server's: sessions made to have expired a
+    second ago by the server's clock hold their names back 4 s more. A late release or close
+    frees nothing, and a sweep keeps the delay, even one made by a plain DELETE (as an older
+    client's)."""
+    url, schema = fresh_url(postgres)
+    ident = psycopg.sql.Identifier(schema)
+    store = PostgresStore.from_url(url)
+    try:
+        grants = {}
+        for name in ("closed", "swept"):
+            dead = await store.open_session(30, tenure.Owner("test", 1), lock_delay=5)
+            grant = await store.attempt(dead, name, None, enqueue=False)
+            assert isinstance(grant, Grant)
+            grants[name] = (dead, grant.token)
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:
+            db.execute(
+                psycopg.sql.SQL(
+                    "UPDATE {}.sessions SET expires = now() - interval '1 second'"
+                ).format(ident)
+            )
+        [held] = await store.held_back("closed")
+        assert held.token == grants["closed"][1] and 2 < held.free_in <= 4
+        dead, token = grants["closed"]
+        await store.release(dead, "closed", token)  # too late: it ended without a release
+        await store.close_session(dead)  # deletes the session row: the trigger keeps the name
+        with psycopg.connect(postgres.dsn, autocommit=True) as db:
+            db.execute(psycopg.sql.SQL("DELETE FROM {}.sessions").format(ident))
+            rows = db.execute(
+                psycopg.sql.SQL("SELECT name FROM {} ORDER BY name").format(
+                    psycopg.sql.Identifier(schema, "held")
+                )
+            )
+            assert rows.fetchall() == [("closed",), ("swept",)]
+        live = await store.open_session(30, tenure.Owner("test", 2))
+        for name in ("closed", "swept"):
+            busy = await store.attempt(live, name, None, enqueue=False)
+            assert isinstance(busy, Busy) and busy.holder is None
+            assert busy.retry_in is not None and 2 < busy.retry_in <= 4
+        assert [h.name for h in await store.held_back()] == ["closed", "swept"]
+        await store.close_session(live)
+    finally:
+        await store.aclose()
 
 
 # -- round trips ----------------------------------------------------------------------------

@@ -58,6 +58,11 @@ TLS handshake, a wrong CA, a missing client certificate or a wrong password is a
   connection; a waiter is live while its session is and while that listening connection is
   (``pg_stat_activity``), so a dead process never holds up the queue. When no notification
   comes, the waiter polls (``Busy.retry_in``: when the holder's lease would expire).
+- Lock-delay (rule 8) by the server's clock: a lock whose session expired is not granted until
+  ``expires + lock_delay`` (a column of the session). Deleting an expired session row (any
+  client's sweep) fires a trigger that keeps its names in ``held`` until then, so no version of
+  the sweep can forget them. A release or close by an expired session frees nothing early. No
+  NOTIFY marks the end of a delay: a waiter comes back by its ``retry_in`` (the time left).
 - Leader election: a lock row has a ``value`` (NULL on each new grant), set by ``proclaim``, one
   function that locks the name's row and checks session, token and expiry. Each change of a
   lock (grant, hand-over, proclaim, release, closing the session) is announced by its function
@@ -113,6 +118,7 @@ from ._spi import (
     Capabilities,
     Change,
     Grant,
+    HeldBack,
     LockInfo,
     Owner,
     Record,
@@ -133,12 +139,12 @@ if TYPE_CHECKING:
     from psycopg.sql import Composed
 
 T = TypeVar("T")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: tables only, every call a multi-statement transaction. 2: adds ``locks.request`` and the
 server-side functions below. 3: leader election: ``locks.value``, ``watchers``, and changes
 announced by NOTIFY; later, within version 3, the ``records`` table (added on connecting if
-missing: a table that older clients never touch). Older schemas are migrated in place (see
-``_ensure_schema``)."""
+missing: a table that older clients never touch). 4: lock-delay: ``sessions.lock_delay``,
+``held`` and its trigger. Older schemas are migrated in place (see ``_ensure_schema``)."""
 DEFAULT_SCHEMA = "tenure"
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection, unless the URL sets ``connect_timeout``."""
@@ -187,6 +193,7 @@ DECLARE
     v_waiter bigint;
     v_request bigint;
     v_head bigint;
+    v_free_at timestamptz;
 BEGIN
     PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
     IF NOT FOUND THEN  -- a new name: its counter starts at 0 and is never deleted
@@ -216,6 +223,19 @@ BEGIN
         RETURN;
     END IF;
     IF NOT v_held THEN
+        -- Lock-delay: a holder whose session expired holds the name back until its expiry
+        -- plus its lock_delay; once a sweep deleted that session, its row in held does.
+        SELECT max(x.free_at) INTO v_free_at FROM (
+            SELECT h.free_at FROM {s}.held h WHERE h.name = p_name
+            UNION ALL
+            SELECT s.expires + s.lock_delay * interval '1 second'
+              FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session WHERE l.name = p_name) x;
+    END IF;
+    IF NOT v_held AND v_free_at > clock_timestamp() THEN
+        -- Held back: no holder to show; r_expires says how long still (queueing goes on).
+        r_token := NULL; r_host := NULL; r_pid := NULL; r_label := NULL;
+        r_expires := extract(epoch FROM v_free_at - clock_timestamp())::float8;
+    ELSIF NOT v_held THEN
         IF EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name) THEN
             SELECT w.seq INTO v_head FROM {s}.waiters w JOIN {s}.sessions s ON s.id = w.session
              WHERE w.name = p_name AND s.expires > clock_timestamp()
@@ -232,6 +252,7 @@ BEGIN
                 RETURN;
             END IF;
             UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO r_token;
+            DELETE FROM {s}.held WHERE name = p_name;  -- its delay has passed
             INSERT INTO {s}.locks (name, token, session, waiter, request, value)
                  VALUES (p_name, r_token, p_id, NULL, p_request, NULL)
                  ON CONFLICT (name) DO UPDATE SET token = excluded.token,
@@ -292,6 +313,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE {s}.tokens SET last = last + 1 WHERE name = p_name RETURNING last INTO v_token;
+    DELETE FROM {s}.held WHERE name = p_name;  -- only one whose delay has passed
     INSERT INTO {s}.locks (name, token, session, waiter, request, value)
          VALUES (p_name, v_token, v_session, v_seq, NULL, NULL)
          ON CONFLICT (name) DO UPDATE SET token = excluded.token, session = excluded.session,
@@ -299,15 +321,18 @@ BEGIN
     PERFORM pg_notify(v_channel, v_seq::text || ' ' || v_token::text);
 END $$;
 
--- Delete p_name's lock if session p_id holds it with p_token (or, for a grant in doubt, by
--- p_request); hand it over only when someone waits. Idempotent.
+-- Delete p_name's lock if session p_id, alive, holds it with p_token (or, for a grant in doubt,
+-- by p_request); hand it over only when someone waits. Idempotent. An expired session's lock
+-- ended without a release: it stays, holding the name back (lock-delay).
 CREATE OR REPLACE FUNCTION {s}.release(
     p_id bigint, p_name text, p_token bigint, p_request bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     PERFORM 1 FROM {s}.tokens t WHERE t.name = p_name FOR UPDATE;
     DELETE FROM {s}.locks l WHERE l.name = p_name AND l.session = p_id
-       AND (l.token = p_token OR l.request = p_request);
+       AND (l.token = p_token OR l.request = p_request)
+       AND EXISTS (SELECT 1 FROM {s}.sessions s
+                    WHERE s.id = p_id AND s.expires > clock_timestamp());
     IF NOT FOUND THEN
         RETURN false;  -- not ours (any more): nothing to release, nobody to wake
     END IF;
@@ -332,6 +357,7 @@ BEGIN
 END $$;
 
 -- End session p_id: leave every queue, release every lock (handing each on), delete the row.
+-- A session that has expired released nothing: deleting its row holds its names back.
 CREATE OR REPLACE FUNCTION {s}.close_session(p_id bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -339,6 +365,12 @@ DECLARE
     v_name text;
     v_first boolean := true;
 BEGIN
+    DELETE FROM {s}.sessions s WHERE s.id = p_id AND s.expires <= clock_timestamp();
+    IF FOUND THEN  -- (trigger hold_back) then what it left, as a sweep does
+        DELETE FROM {s}.waiters w WHERE w.session = p_id;
+        DELETE FROM {s}.locks l WHERE l.session = p_id;
+        RETURN;
+    END IF;
     LOOP
         SELECT array_agg(l.name ORDER BY l.name) INTO v_names
           FROM {s}.locks l WHERE l.session = p_id;
@@ -438,6 +470,25 @@ BEGIN
      WHERE l.name = p_name AND s.expires > clock_timestamp();
     PERFORM pg_notify(p_channel, json_build_object('mark', p_mark)::text);
 END $$;
+
+-- Lock-delay (version 4). A session row deleted after it expired (by any client's sweep, or a
+-- late close) ended without a release: each name it still holds is held back until its
+-- expiry plus its lock_delay, by the server's clock. A trigger, so that no deleter forgets it.
+CREATE OR REPLACE FUNCTION {s}.hold_back() RETURNS trigger
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    INSERT INTO {s}.held AS h (name, token, free_at)
+    SELECT l.name, l.token, OLD.expires + OLD.lock_delay * interval '1 second'
+      FROM {s}.locks l
+     WHERE l.session = OLD.id AND OLD.expires <= clock_timestamp()
+       AND OLD.expires + OLD.lock_delay * interval '1 second' > clock_timestamp()
+    ON CONFLICT (name) DO UPDATE SET token = excluded.token,
+        free_at = greatest(h.free_at, excluded.free_at);
+    RETURN OLD;
+END $$;
+DROP TRIGGER IF EXISTS sessions_hold_back ON {s}.sessions;
+CREATE TRIGGER sessions_hold_back BEFORE DELETE ON {s}.sessions
+    FOR EACH ROW EXECUTE FUNCTION {s}.hold_back();
 """
 
 RECORDS = """
@@ -455,6 +506,9 @@ CREATE TABLE IF NOT EXISTS {s}.sessions (
     id bigserial PRIMARY KEY, expires timestamptz NOT NULL, ttl float8 NOT NULL,
     host text NOT NULL, pid integer NOT NULL, label text NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_expires ON {s}.sessions (expires);
+ALTER TABLE {s}.sessions ADD COLUMN IF NOT EXISTS lock_delay float8 NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS {s}.held (
+    name text PRIMARY KEY, token bigint NOT NULL, free_at timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS {s}.tokens (name text PRIMARY KEY, last bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS {s}.locks (
     name text PRIMARY KEY, token bigint NOT NULL, session bigint NOT NULL, waiter bigint);
@@ -473,7 +527,7 @@ CREATE TABLE IF NOT EXISTS {s}.watchers (
     + RECORDS
     + FUNCTIONS
     + """
-INSERT INTO {s}.meta (key, value) VALUES ('schema', '3')
+INSERT INTO {s}.meta (key, value) VALUES ('schema', '4')
     ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 """
 )
@@ -486,14 +540,16 @@ QUERIES = {
         " WHERE schemaname = %(schema)s AND tablename = %(table)s)"
     ),
     "records": RECORDS,
-    # Forget expired sessions (counters stay), and open ours.
+    # Forget expired sessions (counters stay; trigger hold_back keeps what lock-delay holds
+    # back) and ended delays, and open ours.
     "open": (
         "WITH dead AS (DELETE FROM {s}.sessions WHERE expires <= clock_timestamp() RETURNING id),"
         " w AS (DELETE FROM {s}.waiters WHERE session IN (SELECT id FROM dead)),"
-        " l AS (DELETE FROM {s}.locks WHERE session IN (SELECT id FROM dead))"
-        " INSERT INTO {s}.sessions (expires, ttl, host, pid, label)"
+        " l AS (DELETE FROM {s}.locks WHERE session IN (SELECT id FROM dead)),"
+        " h AS (DELETE FROM {s}.held WHERE free_at <= clock_timestamp())"
+        " INSERT INTO {s}.sessions (expires, ttl, host, pid, label, lock_delay)"
         " VALUES (clock_timestamp() + %(ttl)s * interval '1 second',"
-        " %(ttl)s, %(host)s, %(pid)s, %(label)s) RETURNING id"
+        " %(ttl)s, %(host)s, %(pid)s, %(label)s, %(lock_delay)s) RETURNING id"
     ),
     "renew": (
         "UPDATE {s}.sessions SET expires = clock_timestamp() + ttl * interval '1 second'"
@@ -554,6 +610,17 @@ QUERIES = {
         " FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
         " WHERE s.expires > clock_timestamp() AND (%(name)s::text IS NULL OR l.name = %(name)s)"
         " ORDER BY l.name"
+    ),
+    # As attempt judges it: a swept session's names in held, an unswept one's lock row.
+    "held_back": (
+        "SELECT DISTINCT ON (x.name) x.name, x.token,"
+        " extract(epoch FROM x.free_at - clock_timestamp())::float8"
+        " FROM (SELECT h.name, h.token, h.free_at FROM {s}.held h"
+        " UNION ALL SELECT l.name, l.token, s.expires + s.lock_delay * interval '1 second'"
+        " FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session"
+        " WHERE s.expires <= clock_timestamp()) x"
+        " WHERE x.free_at > clock_timestamp() AND (%(name)s::text IS NULL OR x.name = %(name)s)"
+        " ORDER BY x.name, x.free_at DESC"
     ),
 }
 
@@ -624,7 +691,8 @@ class PostgresStore(Store):
         store_judges_expiry=True,
         fair=True,
         native_wait=True,
-        notes="expiry by the server's clock; waiters woken by LISTEN/NOTIFY",
+        notes="expiry and lock-delay by the server's clock; waiters woken by LISTEN/NOTIFY"
+        " (at the end of a lock-delay, by their retry time)",
     )
 
     def __init__(self, dsn: str, schema: str = DEFAULT_SCHEMA, shown: str | None = None) -> None:
@@ -743,6 +811,10 @@ class PostgresStore(Store):
         client still connected keeps working (its changes are announced too); one connecting
         afterwards is refused. The ``records`` table came later within version 3 (a table that
         no older client touches, so the version stays): it is created here if it is missing.
+        Version 3 -> 4 (lock-delay) adds a column with a default, a table and a trigger, and
+        replaces function bodies, keeping their signatures: a version-3 client still connected
+        keeps working and is held back like any other (the functions and the trigger judge);
+        its own sessions have no lock-delay.
         """
         try:
             version = await self._version(conn)
@@ -836,9 +908,15 @@ class PostgresStore(Store):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         # Repeated after a dead connection, it would leave an empty session that expires.
-        params = {"ttl": ttl, "host": owner.host, "pid": owner.pid, "label": owner.label}
+        params = {
+            "ttl": ttl,
+            "host": owner.host,
+            "pid": owner.pid,
+            "label": owner.label,
+            "lock_delay": lock_delay,
+        }
         row = await self._run(partial(self._fetch, "open", params))
         assert row is not None
         return PostgresSession(int(row[0]), ttl)
@@ -933,9 +1011,14 @@ class PostgresStore(Store):
             early = self._early.pop(mine.channel, None)
             if early is not None:  # its NOTIFY came before we got here
                 self._wake(mine, early)
-        # Free but others ahead: poll gently, in case those ahead died or sleep (freed by expiry,
-        # the lock is handed to nobody, so nobody is notified).
-        retry = Busy.AHEAD_POLL if holder is None else max(0.0, holder.expires_in) + 0.001
+        if holder is not None:
+            retry = max(0.0, holder.expires_in) + 0.001
+        elif expires_in is not None:  # held back by lock-delay: nobody is notified at its end
+            retry = expires_in + 0.001
+        else:
+            # Free but others ahead: poll gently, in case those ahead died or sleep (freed by
+            # expiry, the lock is handed to nobody, so nobody is notified).
+            retry = Busy.AHEAD_POLL
         return Busy(holder=holder, ticket=mine, retry_in=retry)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
@@ -1123,6 +1206,13 @@ class PostgresStore(Store):
                 )
                 for row in await cur.fetchall()
             ]
+
+        return await self._run(tx)
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        async def tx(conn: AsyncConnection[Any]) -> list[HeldBack]:
+            cur = await conn.execute(self._q["held_back"], {"name": name})
+            return [HeldBack(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]
 
         return await self._run(tx)
 
