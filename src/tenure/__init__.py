@@ -16,7 +16,7 @@ from ._errors import (
 )
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
-from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
 from .stores._spi import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LockInfo",
+    "Loss",
     "NotAcquired",
     "Owner",
     "Run",
@@ -43,6 +44,7 @@ __all__ = [
     "StaleToken",
     "StoreUnavailable",
     "TenureError",
+    "Timing",
     "connect",
     "connect_async",
 ]

@@ -5,8 +5,11 @@ Used by ``tenure run`` (and meant for ``tenure elect`` / ``tenure once``). A chi
 - runs in its own process group, so signals reach everything it started (``os.killpg``);
 - on Linux, dies with SIGKILL if tenure dies, even by SIGKILL (``PR_SET_PDEATHSIG``). That signal
   fires when the *thread* that forked exits, so `running` must be entered in the main thread;
-- is stopped in two steps when its lease is lost: SIGTERM to its group at once, SIGKILL after a
-  grace period (`Child.stop`);
+- is stopped by its lease's deadline (`Child.watch`, the rule is `tenure._stopby`): SIGTERM to
+  its group at ``deadline − grace`` when renewals are overdue, SIGKILL at the deadline, SIGKILL at
+  once when the store says the session is gone or tenure was paused past the deadline;
+- leaves nothing behind: when it ends, whatever is left of its group is killed, and `wait`
+  returns only once no process of the group remains (checked, not assumed);
 - reports its end the way a shell does: its exit code, or 128+N if signal N killed it.
 
 `resolve_command` tells a missing command (127) from one that cannot be executed (126) before
@@ -23,10 +26,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from subprocess import Popen
 from types import FrameType
+from typing import Any, Protocol
+
+from ._clock import Clock
+from ._state import Loss
+from ._stopby import Cause, StopBy
 
 __all__ = ["Child", "CommandError", "die_with_parent_setter", "resolve_command", "running"]
 
@@ -36,6 +46,24 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Signals that tenure passes on to the child's process group while it runs."""
 
 _PR_SET_PDEATHSIG = 1
+WATCH_TICK = 0.2
+"""Longest sleep of the watchdog: bounds how late it acts on a lease clock running fast."""
+
+
+class Watched(Protocol):
+    """What `Child.watch` reads of a lease (``tenure.Lease`` has it)."""
+
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def stop_by(self) -> float: ...
+    @property
+    def loss(self) -> Loss | None: ...
+    def on_lost(self, callback: Callable[[Any], Any]) -> None: ...
+
+
+StopReport = Callable[[signal.Signals, Cause, float], None]
+"""Told of each signal the watchdog sends: the signal, its cause, seconds left to the deadline."""
 
 
 class CommandError(Exception):
@@ -101,58 +129,105 @@ def _prctl() -> Callable[..., int] | None:
 
 
 class Child:
-    """A started child: its own process group, stopped in two steps, ended shell-style."""
+    """A started child: its own process group, stopped by its lease's deadline, ended
+    shell-style, never outlived by its group."""
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
         self.pid = process.pid
         self._lock = threading.Lock()
-        self._stopping = False
-        self._done = False
-        self._timer: threading.Timer | None = None
+        self._exited = threading.Event()
+        self._wake = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.plan: StopBy | None = None
+        """The stop-by rule `watch` applies (None until then)."""
         self.forwarded: list[int] = []
         """Signals this process received and passed on to the child's group."""
 
     @property
-    def stopping(self) -> bool:
-        """True once `stop` was called while the child still ran."""
-        return self._stopping
+    def stopped(self) -> Cause | None:
+        """Why tenure signalled the child to stop (None: it did not)."""
+        return None if self.plan is None else self.plan.cause
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the child's whole process group (quietly, if it is gone)."""
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM to the group now, SIGKILL after ``grace`` seconds. Thread-safe, idempotent."""
-        with self._lock:
-            if self._stopping or self._done:
-                return
-            self._stopping = True
-            self.signal(signal.SIGTERM)
-            self._timer = threading.Timer(grace, self._kill)
-            self._timer.daemon = True
-            self._timer.start()
+    def watch(self, lease: Watched, grace: float, report: StopReport) -> None:
+        """Stop the child by ``lease``'s deadline (see `tenure._stopby`), from a thread."""
+        clock = lease.clock
+        plan = self.plan = StopBy(grace, clock.now())
+        lease.on_lost(lambda _lease: self._wake.set())
 
-    def _kill(self) -> None:
-        with self._lock:
-            if not self._done:
-                self.signal(signal.SIGKILL)
+        def run() -> None:
+            while not self._exited.is_set():
+                now = clock.now()
+                with self._lock:
+                    if self._exited.is_set():
+                        return
+                    signum = plan.step(now, lease.stop_by, lease.loss)
+                    if signum is not None:
+                        self.signal(signum)
+                if signum is not None and plan.cause is not None:
+                    report(signum, plan.cause, lease.stop_by - now)
+                delay = plan.wake_at(lease.stop_by, lease.loss) - clock.now()
+                self._wake.wait(max(0.0, min(delay, WATCH_TICK)))
+                self._wake.clear()
+
+        self._watchdog = threading.Thread(target=run, name="tenure-stop-by", daemon=True)
+        self._watchdog.start()
 
     def wait(self) -> int:
         """Wait for the child; its exit code, or 128+N if signal N killed it.
 
-        If it was being stopped, whatever is left of its group is killed at once: nothing that
-        ran under a lost lease outlives this call.
+        Whatever is left of its process group is then killed, and this returns only once no
+        process of the group remains: nothing that ran under the lease outlives this call.
         """
         code = self.process.wait()
         with self._lock:
-            if self._stopping:
-                if self._timer is not None:
-                    self._timer.cancel()
-                self.signal(signal.SIGKILL)
-            self._done = True
+            self._exited.set()
+        self._wake.set()
+        end_group(self.pid)
         return 128 - code if code < 0 else code
+
+
+def end_group(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid`` and wait until none is left (zombies count as
+    gone: they cannot run)."""
+    note = time.monotonic() + 5
+    while group_alive(pgid):
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        time.sleep(0.005)
+        if time.monotonic() > note:  # e.g. a process stuck in the kernel: say why we wait
+            print(f"tenure: waiting for process group {pgid} to end", file=sys.stderr)
+            note += 5
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` can still run (Linux: read from /proc)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces or parentheses.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 @contextmanager

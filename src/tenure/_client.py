@@ -324,6 +324,10 @@ class Lease:
     lost = property(lambda self: self._inner.lost)
     lost_reason = property(lambda self: self._inner.lost_reason)
     released = property(lambda self: self._inner.released)
+    clock = property(lambda self: self._inner.clock)
+    stop_by = property(lambda self: self._inner.stop_by)
+    at_risk = property(lambda self: self._inner.at_risk)
+    loss = property(lambda self: self._inner.loss)
 
     def remaining(self) -> float:
         return self._inner.remaining()
@@ -335,6 +339,11 @@ class Lease:
         """Call ``callback(lease)`` once on loss; it runs on the client's event-loop thread."""
         cb: LostCallback = lambda _inner: callback(self)  # noqa: E731
         self._inner.on_lost(cb)
+
+    def on_at_risk(self, callback: Callable[[Lease], Any]) -> None:
+        """Call ``callback(lease)`` each time renewals become overdue; see ``AsyncLease``."""
+        cb: LostCallback = lambda _inner: callback(self)  # noqa: E731
+        self._inner.on_at_risk(cb)
 
     def release(self) -> None:
         self._client._call(self._inner.release)

@@ -3,7 +3,8 @@
 ``AsyncLease`` is the lease itself; the sync ``Lease`` is a view of one that releases through the
 client's event-loop thread. Loss is decided by the session's ``LeaseState``; this module turns it
 into the effects: ``lost`` reads true, callbacks run once, cancel scopes of ``async with`` bodies
-are cancelled, ``check()`` raises.
+are cancelled, ``check()`` raises. Before loss, ``at_risk`` says renewals are overdue and
+``on_at_risk`` callbacks run: stop taking new work then, and be done by ``stop_by``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import LeaseLost
+from ._state import Loss
 
 if TYPE_CHECKING:
+    from ._clock import Clock
     from ._session import SessionKeeper
 
 LostCallback = Callable[["AsyncLease"], Any]
@@ -32,6 +35,7 @@ class AsyncLease:
         self.released = False
         self._lost_reason: str | None = None
         self._callbacks: list[LostCallback] = []
+        self._at_risk_callbacks: list[LostCallback] = []
         self._scopes: list[anyio.CancelScope] = []
 
     def __repr__(self) -> str:
@@ -42,6 +46,32 @@ class AsyncLease:
     def deadline(self) -> float:
         """Local monotonic time (see ``tenure.Clock``) after which the holder must not act."""
         return self._keeper.state.deadline
+
+    @property
+    def clock(self) -> Clock:
+        """The monotonic clock that ``deadline`` and ``stop_by`` are read on."""
+        return self._keeper.clock
+
+    @property
+    def stop_by(self) -> float:
+        """The local monotonic time by which work under this lease must be done: its deadline,
+        which comes before the store could grant the lock to anyone else (rule 3)."""
+        return self._keeper.state.deadline
+
+    @property
+    def at_risk(self) -> bool:
+        """True while renewals are overdue (or once lost): stop taking new work, and be done
+        by ``stop_by``. A renewal confirmed later makes it False again."""
+        if self.released:
+            return False
+        return self.lost or self._keeper.state.at_risk(self._keeper.clock.now())
+
+    @property
+    def loss(self) -> Loss | None:
+        """Why the lease was lost (None while held, or once released)."""
+        if not self.lost:
+            return None
+        return self._keeper.state.loss or Loss.ERROR
 
     @property
     def lost(self) -> bool:
@@ -77,6 +107,19 @@ class AsyncLease:
         else:
             self._callbacks.append(callback)
 
+    def on_at_risk(self, callback: LostCallback) -> None:
+        """Call ``callback(lease)`` each time renewals become overdue (at once if they are now),
+        before the lease could be lost. Runs on the client's event loop: keep it short."""
+        self._at_risk_callbacks.append(callback)
+        if self.at_risk and not self.released:
+            callback(self)
+
+    def _mark_at_risk(self) -> None:
+        if self.released or self._lost_reason is not None:
+            return
+        for callback in list(self._at_risk_callbacks):
+            callback(self)
+
     def _cancel_on_loss(self, scope: anyio.CancelScope) -> None:
         self._scopes.append(scope)
         if self._lost_reason is not None:
@@ -98,4 +141,5 @@ class AsyncLease:
             return
         self.released = True
         self._callbacks.clear()
+        self._at_risk_callbacks.clear()
         await self._keeper.release(self)

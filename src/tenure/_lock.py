@@ -17,7 +17,7 @@ import anyio
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
 from ._lease import AsyncLease
 from ._names import check_name
-from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
 from .stores._spi import Busy, LockInfo
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ async def acquire(
                 with anyio.CancelScope(shield=True):
                     outcome = await keeper.store.attempt(keeper.handle, name, ticket, wait)
             except LeaseLost:
-                keeper.lose("the store says the session is gone")
+                keeper.lose("the store says the session is gone", Loss.GONE)
                 continue
             if not isinstance(outcome, Busy):
                 ticket = None  # the store removed it from the queue with the grant

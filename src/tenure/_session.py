@@ -15,7 +15,7 @@ import anyio
 from ._clock import Clock
 from ._errors import StoreUnavailable
 from ._lease import AsyncLease
-from ._state import LeaseState, Timing
+from ._state import LeaseState, Loss, Timing
 from .stores._spi import Owner, Session, Store
 
 log = logging.getLogger("tenure")
@@ -43,8 +43,8 @@ class SessionKeeper:
             self._lose_leases()
         return self.state.lost
 
-    def lose(self, reason: str) -> None:
-        if self.state.lose(reason):
+    def lose(self, reason: str, loss: Loss = Loss.ERROR) -> None:
+        if self.state.lose(reason, loss):
             log.warning("tenure: session on %s lost: %s", self.store.url, reason)
         self._lose_leases()
 
@@ -62,9 +62,18 @@ class SessionKeeper:
             tg.cancel_scope.cancel()
 
     async def _watch_deadline(self) -> None:
-        """Declare loss at the deadline even while a renewal call is stuck (e.g. in a thread)."""
+        """Say when the leases are at risk, and declare loss at the deadline, even while a
+        renewal call is stuck (e.g. in a thread)."""
+        warned_at: float | None = None  # the at-risk time already announced
         while not self.expired():
-            await anyio.sleep(max(0.0, self.state.deadline - self.clock.now()))
+            now = self.clock.now()
+            at_risk_at = self.state.at_risk_at
+            if now >= at_risk_at and warned_at != at_risk_at:
+                warned_at = at_risk_at
+                for lease in list(self.leases):
+                    lease._mark_at_risk()
+            wake = self.state.deadline if warned_at == at_risk_at else at_risk_at
+            await anyio.sleep(max(0.0, min(wake, self.state.deadline) - now))
 
     async def _renew_loop(self) -> None:
         while not self.expired() and not self._stopped.is_set():
@@ -95,7 +104,7 @@ class SessionKeeper:
                 self.lose(f"renewal failed unexpectedly: {exc!r}")
                 return
             if not alive:
-                self.lose("the store says the session is gone")
+                self.lose("the store says the session is gone", Loss.GONE)
             elif not self.state.confirm(t_sent, self.clock.now()):
                 self._lose_leases()
             return
@@ -126,7 +135,7 @@ class SessionKeeper:
         self.leases.clear()
         if self.state.lost:
             return
-        self.state.lose("session closed")
+        self.state.lose("session closed", Loss.CLOSED)
         with anyio.CancelScope(shield=True):
             try:
                 await self.store.close_session(self.handle)

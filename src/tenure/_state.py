@@ -7,14 +7,32 @@ A holder's deadline is conservative (DESIGN rule 3)::
 where ``t_sent`` is when the grant or renewal request was *sent*. Renewal is due every ttl/3
 (rule 4). Once lost, the state stays lost (rule 5): a confirmation that arrives after the
 deadline has passed cannot revive it.
+
+Before that, a lease is *at risk* once a renewal is a whole renewal period overdue (2·ttl/3
+after the last confirmed request was sent): work should stop then, and be done by the deadline
+(its ``stop_by``). A supervisor's grace (SIGTERM to SIGKILL) fits between the two.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 from ._errors import InvalidArgument
+
+
+class Loss(Enum):
+    """Why a lease was lost; what a supervisor must do differs."""
+
+    DEADLINE = "renewals failed"
+    """The deadline passed without a confirmed renewal: the store expires it soon after."""
+    GONE = "the store says the session is gone"
+    """Someone else may hold the lock already."""
+    ERROR = "renewal failed unexpectedly"
+    """A store bug or an abandoned session: treated like failed renewals."""
+    CLOSED = "session closed"
+
 
 DEFAULT_DRIFT = 0.01
 """Assumed worst-case rate difference between this host's clock and the store's (1%)."""
@@ -87,6 +105,32 @@ class Timing:
     def renew_every(self) -> float:
         return self.ttl / 3
 
+    @property
+    def at_risk_after(self) -> float:
+        """How long after sending a request its lease is at risk if no renewal is confirmed:
+        one renewal period after the renewal was due, with all its retries."""
+        return 2 * self.renew_every
+
+    @property
+    def max_grace(self) -> float:
+        """The largest grace (SIGTERM to SIGKILL at the deadline) that still sends SIGTERM
+        only once the lease is at risk, after a whole renewal period of attempts."""
+        return max(0.0, round(self.valid_for - self.at_risk_after, 2))
+
+    def check_grace(self, grace: float | None) -> float:
+        """``grace`` (None: `max_grace`), or ``InvalidArgument`` naming the largest allowed."""
+        if grace is None:
+            return self.max_grace
+        grace = _number(grace, "grace")
+        if grace < 0:
+            raise InvalidArgument(f"grace must be >= 0 seconds, got {grace:g}")
+        if grace > self.max_grace:
+            raise InvalidArgument(
+                f"grace {grace:g}s leaves no time to retry renewals before SIGTERM: with ttl "
+                f"{self.ttl:g}s the largest grace is {self.max_grace:g}s (or raise the ttl)"
+            )
+        return grace
+
 
 class LeaseState:
     """Deadline bookkeeping of one session (and so of every lease it holds)."""
@@ -96,10 +140,20 @@ class LeaseState:
         self.deadline = t_sent + timing.valid_for
         self.last_sent = t_sent
         self.lost_reason: str | None = None
+        self.loss: Loss | None = None
 
     @property
     def lost(self) -> bool:
         return self.lost_reason is not None
+
+    @property
+    def at_risk_at(self) -> float:
+        """When the lease becomes at risk unless a renewal sent before then is confirmed."""
+        return min(self.last_sent + self.timing.at_risk_after, self.deadline)
+
+    def at_risk(self, now: float) -> bool:
+        """Lost, or renewals overdue: stop taking new work, be done by the deadline."""
+        return self.lost_reason is not None or now >= self.at_risk_at
 
     def valid(self, now: float) -> bool:
         """True only while not lost and strictly before the deadline."""
@@ -108,24 +162,25 @@ class LeaseState:
     def confirm(self, t_sent: float, now: float) -> bool:
         """Record a renewal the store confirmed; False (and lost) if it came too late."""
         if not self.valid(now):
-            self.lose("the lease expired before its renewal was confirmed")
+            self.lose("the lease expired before its renewal was confirmed", Loss.DEADLINE)
             return False
         if t_sent > self.last_sent:
             self.last_sent = t_sent
             self.deadline = max(self.deadline, t_sent + self.timing.valid_for)
         return True
 
-    def lose(self, reason: str) -> bool:
+    def lose(self, reason: str, loss: Loss = Loss.ERROR) -> bool:
         """Mark lost for good; True only the first time."""
         if self.lost_reason is not None:
             return False
         self.lost_reason = reason
+        self.loss = loss
         return True
 
     def expire(self, now: float) -> bool:
         """Mark lost if the deadline has passed; True if this call made it lost."""
         if self.lost_reason is None and now >= self.deadline:
-            return self.lose("the deadline passed without a confirmed renewal")
+            return self.lose("the deadline passed without a confirmed renewal", Loss.DEADLINE)
         return False
 
     def next_renewal(self) -> float:

@@ -146,36 +146,3 @@ def test_sigkill_of_tenure_kills_the_child(cli: Cli) -> None:
     proc.kill()
     proc.wait(5)
     cli.until(lambda: cli.gone(child), timeout=2, what="the child to die with tenure")
-
-
-def test_lost_lease_stops_the_child_and_exits_76(cli: Cli) -> None:
-    # The child ignores SIGTERM (it only notes it), so it takes the SIGKILL after --grace.
-    script = "trap 'echo term >> marker' TERM; echo $$ > child; while :; do sleep 0.05; done"
-    proc = cli.start(
-        "run",
-        "--store",
-        cli.store,
-        "--ttl",
-        "1",
-        "--grace",
-        "0.8",
-        "job",
-        "--",
-        "sh",
-        "-c",
-        script,
-        cwd=cli.tmp,
-    )
-    child = cli.pid_in("child")
-    proc.send_signal(signal.SIGSTOP)  # tenure, not the child: its lease runs out meanwhile
-    time.sleep(1.5)
-    assert cli.locks() == []  # the store expired it
-    resumed = time.monotonic()
-    proc.send_signal(signal.SIGCONT)
-    _, err = proc.communicate(timeout=10)
-    took = time.monotonic() - resumed
-    assert proc.returncode == 76, err
-    assert "lost" in err and "Traceback" not in err
-    assert (cli.tmp / "marker").read_text().startswith("term")  # SIGTERM first...
-    assert cli.gone(child)  # ...then SIGKILL, since it would not stop
-    assert 0.7 <= took < 5

@@ -32,7 +32,11 @@ EXIT_UNAVAILABLE = 69
 EXIT_BUSY = 75
 """Not acquired: the lock is held and --no-wait was given or --timeout passed (EX_TEMPFAIL)."""
 EXIT_LOST = 76
-"""The lease was lost while the command ran; the command was stopped."""
+"""Renewals failed while the command ran: it was stopped by the lease's deadline."""
+EXIT_PAUSED = 77
+"""tenure found itself past the lease's deadline (it was paused): the command was killed."""
+EXIT_GONE = 78
+"""The store said the session was gone while the command ran: the command was killed."""
 EXIT_NOT_EXECUTABLE = 126
 """The command exists but cannot be executed (as a shell)."""
 EXIT_NOT_FOUND = 127
@@ -50,7 +54,9 @@ Exit codes:
   69       the store is unavailable (cannot be opened, read or written)
   75       busy: not acquired (--no-wait, or --timeout passed); tenure once: the slot
            is running elsewhere
-  76       the lease was lost while the command ran (it was stopped)
+  76       renewals failed while the command ran: it was stopped by the deadline
+  77       tenure was paused past the lease's deadline: the command was killed
+  78       the store said the session was gone: the command was killed
   126/127  the command cannot be executed / was not found
   128+N    the command was killed by signal N
   129/130/143  SIGHUP/SIGINT/SIGTERM while waiting for the lock (nothing held)
@@ -58,21 +64,28 @@ Exit codes:
 
 
 DEFAULT_TTL = 30.0
-DEFAULT_GRACE = 10.0
+GRACE_HELP = (
+    "When renewals fail: seconds between SIGTERM and SIGKILL to the command's process group; "
+    "SIGKILL comes at the lease's deadline, before anyone else can get the lock. Default and "
+    "maximum: TTL/3 less drift and margin (9.6 for --ttl 30)."
+)
+LOCK_DELAY_HELP = (
+    "Seconds nobody is granted the lock after this lease ends without a release (tenure was "
+    "killed, paused or cut off). Default: the TTL, at most 15."
+)
 
 
 def lease_options(
-    ttl: str, grace: str, label: str, quiet: str
+    ttl: str, label: str, quiet: str
 ) -> Callable[[click.decorators.FC], click.decorators.FC]:
-    """--ttl, --grace, --store, --require, --label and -q, as every command that runs another
-    under a lease takes them; the help says what each means for that command."""
+    """--ttl, --grace, --lock-delay, --store, --require, --label and -q, as every command that
+    runs another under a lease takes them; the help says what each means for that command."""
     options = [
         click.option(
             "--ttl", type=float, default=DEFAULT_TTL, show_default=True, metavar="S", help=ttl
         ),
-        click.option(
-            "--grace", type=float, default=DEFAULT_GRACE, show_default=True, metavar="S", help=grace
-        ),
+        click.option("--grace", type=float, default=None, metavar="S", help=GRACE_HELP),
+        click.option("--lock-delay", type=float, default=None, metavar="S", help=LOCK_DELAY_HELP),
         store_option,
         require_option,
         click.option("--label", default="", help=label),
@@ -107,12 +120,18 @@ def require_option(func: click.decorators.FC) -> click.decorators.FC:
     )(func)
 
 
-def open_client(store: str | None, label: str, require: Grade | None, quiet: bool) -> Client:
+def open_client(
+    store: str | None,
+    label: str,
+    require: Grade | None,
+    quiet: bool,
+    lock_delay: float | None = None,
+) -> Client:
     """Connect as a command does: refused if below ``require``; an efficiency-grade store is
     named as such on stderr (unless quiet), so nobody mistakes it for a correctness lock."""
     import tenure
 
-    client = tenure.connect(store, label=label, require=require)
+    client = tenure.connect(store, label=label, require=require, lock_delay=lock_delay)
     if not quiet and client.capabilities.grade == "efficiency":
         click.echo(
             f"tenure: note: {client.url} is efficiency-grade: fine to avoid duplicate work, not"

@@ -62,7 +62,6 @@ DEFAULT_JITTER = 1.0
 @click.option("--count", type=int, default=None, metavar="N", help="Stop after N slots.")
 @lease_options(
     ttl="Lease TTL of each slot: a dead runner's slot is taken over this long after it died.",
-    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
     label="A label shown by 'tenure history' and 'tenure ls'.",
     quiet="Say nothing on stderr except errors.",
 )
@@ -74,7 +73,8 @@ def cron(
     catch_up: str,
     jitter: float,
     ttl: float,
-    grace: float,
+    grace: float | None,
+    lock_delay: float | None,
     count: int | None,
     store: str | None,
     require: Grade | None,
@@ -87,7 +87,7 @@ def cron(
     h). Runs until stopped (SIGINT/SIGTERM: a running command gets the signal, and its slot
     is left to another server), or for --count slots.
     """
-    check_inputs(name, ttl, None, grace, label)
+    grace_s = check_inputs(name, ttl, None, grace, label, lock_delay)
     check_policy(policy)
     plan = parse_schedule(schedule)
     if not 0 <= jitter < 3600 or (count is not None and count < 1):
@@ -98,11 +98,11 @@ def cron(
     except CommandError as exc:
         error(str(exc))
         return exc.code
-    client = open_client(store, label, require, quiet)
+    client = open_client(store, label, require, quiet, lock_delay)
     try:
         return _loop(
             client, child_url(store, client), plan, name, command, policy, catch_up, jitter,
-            ttl, grace, count, quiet,
+            ttl, grace_s, count, quiet,
         )  # fmt: skip
     except Interrupted as exc:
         if not quiet:

@@ -45,7 +45,6 @@ from .run import Interrupted, check_inputs, signals_interrupt, supervise
 )
 @lease_options(
     ttl="Lease TTL of the leadership, in seconds; renewed every TTL/3.",
-    grace="On lost leadership: seconds between SIGTERM and SIGKILL to the command.",
     label="A label shown by 'tenure leader' and 'tenure ls'.",
     quiet="Do not report terms won and lost.",
 )
@@ -54,7 +53,8 @@ def elect(
     command: tuple[str, ...],
     value: str | None,
     ttl: float,
-    grace: float,
+    grace: float | None,
+    lock_delay: float | None,
     restart: bool,
     store: str | None,
     require: Grade | None,
@@ -62,14 +62,14 @@ def elect(
     quiet: bool,
 ) -> int:
     """Campaign for leadership of NAME and run COMMAND while leading (put -- before it)."""
-    check_inputs(name, ttl, None, grace, label)
+    grace_s = check_inputs(name, ttl, None, grace, label, lock_delay)
     value = check_value(socket.gethostname() if value is None else value)
     try:
         resolve_command(command[0])
     except CommandError as exc:
         error(str(exc))
         return exc.code
-    client = open_client(store, label, require, quiet)
+    client = open_client(store, label, require, quiet, lock_delay)
     url = child_url(store, client)
     try:
         while True:
@@ -84,15 +84,16 @@ def elect(
             if not quiet:
                 click.echo(f"tenure: leading {name!r} (term {leadership.term})", err=True)
             try:
-                code, signals = EXIT_LOST, list[int]()
+                code, stopped, signals = EXIT_LOST, True, list[int]()
                 while not leadership.lost:
                     env = {"TENURE_TERM": str(leadership.term), "TENURE_ELECTION": name}
-                    code = supervise(leadership, command, url, grace, env, signals)
-                    if code == EXIT_LOST or not restart or signals:
+                    outcome = supervise(leadership, command, url, grace_s, env, signals)
+                    code, stopped = outcome.code, outcome.stopped
+                    if stopped or not restart or signals:
                         break  # a signal for tenure ends it, --restart or not
             finally:
                 leadership.resign()
-            if code != EXIT_LOST and not leadership.lost:
+            if not stopped and not leadership.lost:
                 return code
             if not quiet:
                 click.echo(f"tenure: lost {name!r} (term {leadership.term}); campaigning", err=True)

@@ -81,11 +81,12 @@ def run_slot(
     env = {"TENURE_JOB": job, "TENURE_SLOT": slot, "TENURE_ATTEMPT": str(run.attempt)}
     forwarded: list[int] = []
     try:
-        code = supervise(run.lease, command, url, grace, env, forwarded)
+        outcome = supervise(run.lease, command, url, grace, env, forwarded)
     except BaseException:
         run.abandon()
         raise
-    if code == EXIT_LOST or forwarded:
+    code = outcome.code
+    if outcome.stopped or forwarded:
         # Lost, or this server is being stopped: no end is recorded, so another server runs
         # the slot again (at-least-once) or marks it failed (at-most-once).
         run.abandon()
@@ -139,7 +140,6 @@ def _not_here(run: tenure.Run) -> str:
 @click.option("--timeout", type=float, default=None, metavar="S", help="Give up waiting (75).")
 @lease_options(
     ttl="Lease TTL: a dead runner's slot is taken over this long after it died.",
-    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command.",
     label="A label shown by 'tenure history' and 'tenure ls'.",
     quiet="Say nothing on stderr except errors.",
 )
@@ -151,7 +151,8 @@ def once(
     wait: bool,
     timeout: float | None,
     ttl: float,
-    grace: float,
+    grace: float | None,
+    lock_delay: float | None,
     store: str | None,
     require: Grade | None,
     label: str,
@@ -160,9 +161,9 @@ def once(
     """Run COMMAND for slot KEY of job NAME, unless another server runs or ran it.
 
     Exit: the command's code if it ran here; 0 if the slot was already over; 75 if it is
-    running elsewhere (without --wait); 76 if the lease was lost (the end is not recorded).
+    running elsewhere (without --wait); 76-78 if the lease was lost (the end is not recorded).
     """
-    check_inputs(name, ttl, timeout, grace, label)
+    grace_s = check_inputs(name, ttl, timeout, grace, label, lock_delay)
     check_slot(slot_key)
     check_policy(policy)
     try:
@@ -170,11 +171,11 @@ def once(
     except CommandError as exc:
         error(str(exc))
         return exc.code
-    client = open_client(store, label, require, quiet)
+    client = open_client(store, label, require, quiet, lock_delay)
     try:
         code, _ = run_slot(
             client, name, slot_key, command,
-            ttl=ttl, grace=grace, policy=policy, wait=wait, timeout=timeout, quiet=quiet,
+            ttl=ttl, grace=grace_s, policy=policy, wait=wait, timeout=timeout, quiet=quiet,
             url=child_url(store, client),
         )  # fmt: skip
         return code

@@ -3,7 +3,9 @@
 Waiting: one stderr line per change of holder. SIGINT/SIGTERM/SIGHUP while waiting leave the
 queue and exit 128+N with nothing held. Running: the command gets TENURE_TOKEN, TENURE_LOCK and
 TENURE_STORE, runs in its own process group, receives the signals tenure receives, and dies if
-tenure dies. A lost lease stops it (SIGTERM, SIGKILL after --grace) and tenure exits 76.
+tenure dies. It is stopped by the lease's deadline when renewals fail (SIGTERM --grace seconds
+before, SIGKILL at it: exit 76), killed at once when tenure was paused past the deadline (77) or
+the store says the session is gone (78); the lock is released only once its group is gone.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import signal
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 
 import click
@@ -22,12 +25,16 @@ import tenure
 from .._child import FORWARDED, CommandError, resolve_command, running
 from .._lock import check_arguments
 from .._names import check_label
+from .._state import Timing
+from .._stopby import Cause
 from .._url import Grade
 from ..stores._spi import LockInfo
 from . import (
     EXIT_BUSY,
     EXIT_CODES_HELP,
+    EXIT_GONE,
     EXIT_LOST,
+    EXIT_PAUSED,
     EXIT_SIGNAL_BASE,
     child_url,
     error,
@@ -92,12 +99,20 @@ class WaitReporter:
         click.echo(f"tenure: waiting for lock {self.name!r}: {what}", err=True)
 
 
-def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, label: str) -> None:
-    """Refuse bad input before anything is opened, created or acquired."""
+def _check_inputs(
+    name: str,
+    ttl: float,
+    timeout: float | None,
+    grace: float | None,
+    label: str,
+    lock_delay: float | None = None,
+) -> float:
+    """Refuse bad input before anything is opened, created or acquired; the grace to use."""
     check_arguments(name, ttl, timeout)
-    if not math.isfinite(grace) or grace < 0:
-        raise tenure.InvalidArgument(f"grace must be a finite number >= 0 seconds, got {grace!r}")
     check_label(label)
+    if grace is not None and (not math.isfinite(grace) or grace < 0):
+        raise tenure.InvalidArgument(f"grace must be a finite number >= 0 seconds, got {grace!r}")
+    return Timing(ttl, lock_delay=lock_delay).check_grace(grace)
 
 
 @click.command(
@@ -121,7 +136,6 @@ def _check_inputs(name: str, ttl: float, timeout: float | None, grace: float, la
 )
 @lease_options(
     ttl="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
-    grace="On a lost lease: seconds between SIGTERM and SIGKILL to the command's process group.",
     label="A label shown to waiters and by 'tenure ls'.",
     quiet="Do not report the holder while waiting.",
 )
@@ -131,7 +145,8 @@ def run(
     ttl: float,
     wait: bool,
     timeout: float | None,
-    grace: float,
+    grace: float | None,
+    lock_delay: float | None,
     store: str | None,
     require: Grade | None,
     label: str,
@@ -141,10 +156,12 @@ def run(
 
     The command gets TENURE_TOKEN (its fencing token), TENURE_LOCK and TENURE_STORE in its
     environment, runs in its own process group, and receives SIGINT, SIGTERM and SIGHUP sent to
-    tenure. If tenure dies, the command dies too (Linux). If the lease is lost, the command gets
-    SIGTERM, then SIGKILL after --grace seconds, and tenure exits 76.
+    tenure. If tenure dies, the command dies too (Linux). If renewals fail, the command gets
+    SIGTERM --grace seconds before the lease's deadline and SIGKILL at it, before anyone else
+    can get the lock (exit 76; 77 if tenure was paused past the deadline, 78 if the store says
+    the session is gone: SIGKILL at once).
     """
-    _check_inputs(name, ttl, timeout, grace, label)
+    grace_s = _check_inputs(name, ttl, timeout, grace, label, lock_delay)
     try:
         resolve_command(command[0])
     except CommandError as exc:
@@ -153,7 +170,7 @@ def run(
     try:
         with _signals_interrupt():
             return _locked_run(
-                name, command, ttl, wait, timeout, grace, store, require, label, quiet
+                name, command, ttl, wait, timeout, grace_s, lock_delay, store, require, label, quiet
             )
     except Interrupted as exc:
         what = signal.Signals(exc.signum).name
@@ -169,12 +186,13 @@ def _locked_run(
     wait: bool,
     timeout: float | None,
     grace: float,
+    lock_delay: float | None,
     store: str | None,
     require: Grade | None,
     label: str,
     quiet: bool,
 ) -> int:
-    client = open_client(store, label, require, quiet)
+    client = open_client(store, label, require, quiet, lock_delay)
     try:
         on_wait = None if quiet or not wait else WaitReporter(name)
         try:
@@ -187,11 +205,22 @@ def _locked_run(
                 click.echo(f"tenure: lock {name!r} not acquired ({how}): {who}", err=True)
             return EXIT_BUSY
         try:
-            return _supervise(lease, command, child_url(store, client), grace)
+            return _supervise(lease, command, child_url(store, client), grace).code
         finally:
             lease.release()
     finally:
         client.close()
+
+
+EXIT_FOR = {Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    """What tenure exits with: the command's code, or tenure's own when it stopped it."""
+    stopped: bool
+    """The lease stopped the command (or was lost while it ran): its end means nothing."""
 
 
 def _supervise(
@@ -201,39 +230,62 @@ def _supervise(
     grace: float,
     extra_env: dict[str, str] | None = None,
     forwarded: list[int] | None = None,
-) -> int:
-    """Run ``command`` while ``lease`` holds; stop it if the lease is lost. The signals passed
-    on to it are added to ``forwarded``."""
+) -> Outcome:
+    """Run ``command`` while ``lease`` holds; stop it by the lease's deadline (see
+    `tenure._stopby`). Returns once no process of its group remains. The signals passed on to
+    it are added to ``forwarded``."""
     env = dict(os.environ)
     env.update(TENURE_TOKEN=str(lease.token), TENURE_LOCK=lease.name, TENURE_STORE=url)
     env.update(extra_env or {})
+    what = f"lease on {lease.name!r} (token {lease.token})"
+
+    def report(signum: signal.Signals, cause: Cause, left: float) -> None:
+        if signum == signal.SIGTERM:
+            message = (
+                f"renewals are overdue; stopping the command: SIGTERM now, SIGKILL at the "
+                f"deadline in {max(0.0, left):.1f}s"
+            )
+        elif cause is Cause.RENEWALS:
+            message = "renewals failed and the deadline is reached: SIGKILL to the command"
+        else:
+            message = f"{cause.value}: SIGKILL to the command at once; another may hold the lock"
+        click.echo(f"tenure: {what}: {message}", err=True)
+
     try:
         with running(command, env) as child:
-
-            def lost(lease: tenure.Lease) -> None:
-                click.echo(
-                    f"tenure: lease on {lease.name!r} (token {lease.token}) lost: "
-                    f"{one_line(lease.lost_reason or 'lost')}; stopping the command "
-                    f"(SIGTERM now, SIGKILL in {grace:g}s)",
-                    err=True,
-                )
-                child.stop(grace)
-
-            lease.on_lost(lost)
+            child.watch(lease, grace, report)
             code = child.wait()
             if forwarded is not None:
                 forwarded.extend(child.forwarded)
     except CommandError as exc:
         error(str(exc))
-        return exc.code
-    if child.stopping or lease.lost:
-        if not child.stopping:
-            click.echo(f"tenure: lease on {lease.name!r} was lost while the command ran", err=True)
-        return EXIT_LOST
-    return code
+        return Outcome(exc.code, stopped=False)
+    cause = child.stopped
+    if cause is None and lease.lost:  # lost in the instant the command ended
+        cause = Cause.GONE if lease.loss is tenure.Loss.GONE else Cause.RENEWALS
+    if cause is None:
+        return Outcome(code, stopped=False)
+    if lease.lost:
+        reason = one_line(lease.lost_reason or "lost")
+        click.echo(f"tenure: {what} lost ({cause.value}): {reason}", err=True)
+    else:
+        click.echo(
+            f"tenure: {what}: renewals recovered after SIGTERM was sent; the command stopped "
+            "anyway",
+            err=True,
+        )
+    return Outcome(EXIT_FOR[cause], stopped=True)
 
 
-__all__ = ["Interrupted", "WaitReporter", "describe", "run", "signals_interrupt", "supervise"]
+__all__ = [
+    "Interrupted",
+    "Outcome",
+    "WaitReporter",
+    "describe",
+    "run",
+    "signals_interrupt",
+    "supervise",
+]
 supervise = _supervise
 signals_interrupt = _signals_interrupt
 check_inputs = _check_inputs
