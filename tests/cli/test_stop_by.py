@@ -11,35 +11,49 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+from tenure.testing.proxy import ChaosProxy
 
 if TYPE_CHECKING:
     from conftest import Cli
 
-# Ignores SIGTERM (only notes it) and records each moment it works, on the system-wide
-# monotonic clock, so the test can tell when it last worked.
+# Records each moment it works, on the system-wide monotonic clock, so the test can tell when
+# it last worked. On SIGTERM it notes it and goes on working for FINISH seconds (an ordinary
+# graceful shutdown; "inf": it ignores SIGTERM), then exits.
 CHILD = """
 import os, signal, sys, time
-log = open(sys.argv[1], "a", buffering=1)
-signal.signal(signal.SIGTERM, lambda *_: log.write(f"term {time.monotonic()}\\n"))
-open(sys.argv[2], "w").write(str(os.getpid()))
-while True:
+log, pid_file, finish = open(sys.argv[1], "a", buffering=1), sys.argv[2], float(sys.argv[3])
+until = [float("inf")]
+def term(*_):
+    log.write(f"term {time.monotonic()}\\n")
+    until[0] = time.monotonic() + finish
+signal.signal(signal.SIGTERM, term)
+open(pid_file, "w").write(str(os.getpid()))
+while time.monotonic() < until[0]:
     log.write(f"work {time.monotonic()}\\n")
     time.sleep(0.02)
 """
 
 
-def _start(cli: Cli, *options: str) -> tuple[subprocess.Popen[str], int]:
+def _start(
+    cli: Cli, *options: str, store: str = "", log: str = "log", finish: str = "inf"
+) -> tuple[subprocess.Popen[str], int]:
     script = cli.tmp / "child.py"
     script.write_text(CHILD)
+    pid_file = cli.tmp / f"{log}.pid"
     proc = cli.start(
-        "run", "--store", cli.store, *options, "job", "--",
-        sys.executable, str(script), str(cli.tmp / "log"), str(cli.tmp / "child"),
+        "run", "--store", store or cli.store, *options, "job", "--",
+        sys.executable, str(script), str(cli.tmp / log), str(pid_file), finish,
     )  # fmt: skip
-    return proc, cli.pid_in("child")
+    return proc, cli.pid_in(pid_file.name)
 
 
-def _log(cli: Cli, kind: str) -> list[float]:
-    lines = (cli.tmp / "log").read_text().splitlines()
+def _log(cli: Cli, kind: str, log: str = "log") -> list[float]:
+    try:
+        lines = (cli.tmp / log).read_text().splitlines()
+    except FileNotFoundError:
+        return []
     return [float(line.split()[1]) for line in lines if line.startswith(kind + " ")]
 
 
@@ -101,6 +115,43 @@ def test_a_grace_without_room_for_renewals_is_refused(cli: Cli) -> None:
     line = cli.one_error_line(done.stderr)
     assert "largest grace is 0.87s" in line
     assert not Path(cli.db).exists()  # refused before the store was opened
+
+
+def test_a_partitioned_holder_stops_before_the_next_one_starts(
+    cli: Cli, postgres_store_url: str
+) -> None:
+    """The experiment of issue 15: PostgreSQL, the first `tenure run --ttl 3` through a proxy,
+    a second waiting on a direct connection, a child that finishes for 5 s after SIGTERM; the
+    proxy then drops every byte. Without lock-delay, so that only the stop-by rule separates
+    the two children."""
+    parts = urlsplit(postgres_store_url)
+    assert parts.hostname is not None and parts.port is not None
+    with ChaosProxy(parts.hostname, parts.port).start_in_thread() as proxy:
+        proxied = urlunsplit(parts._replace(netloc=parts.netloc.replace(
+            f"{parts.hostname}:{parts.port}", proxy.address)))  # fmt: skip
+        first, _ = _start(cli, "--ttl", "3", "--lock-delay", "0", store=proxied, finish="5")
+        second = cli.start(
+            "run", "--store", postgres_store_url, "--ttl", "3", "job", "--", sys.executable,
+            str(cli.tmp / "child.py"), str(cli.tmp / "second"), str(cli.tmp / "second.pid"), "5",
+        )  # fmt: skip
+        holders = ["ls", "--json", "--store", postgres_store_url, "job"]
+        cli.until(lambda: '"waiters": 1' in cli(*holders).stdout, what="the second to queue")
+        proxy.set_mode("blackhole")
+        cut = time.monotonic()
+        cli.pid_in("second.pid")
+        proxy.heal()
+    _, err = first.communicate(timeout=20)
+    assert first.returncode == 76, err
+    [term] = _log(cli, "term")
+    last = _log(cli, "work")[-1]
+    started = _log(cli, "work", "second")[0]
+    print(
+        f"\nSIGTERM {term - cut:.2f}s after the cut; first child's last work "
+        f"{last - cut:.2f}s; second child's first work {started - cut:.2f}s: "
+        f"{started - last:.2f}s apart, overlap {max(0.0, last - started):.2f}s"
+    )
+    assert last < started, "both children worked at once"
+    second.kill()
 
 
 def test_what_the_command_left_in_its_group_ends_before_the_release(cli: Cli) -> None:
