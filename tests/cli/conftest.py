@@ -44,7 +44,7 @@ class Cli:
         done = self("ls", "--json", "--store", self.store, *([name] if name else []))
         assert done.returncode in (0, 1), done.stderr
         result: list[dict[str, Any]] = json.loads(done.stdout)
-        return result
+        return [info for info in result if info["state"] == "held"]
 
     def held(self, name: str, waiters: int = 0) -> dict[str, Any] | None:
         """The lock's JSON entry if it is held with at least ``waiters`` waiters."""

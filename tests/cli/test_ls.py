@@ -79,3 +79,24 @@ def test_one_lock_not_held_exits_1(cli: Cli) -> None:
     assert (done.returncode, done.stdout) == (1, "lock 'nothing' is not held\n")
     done = cli("ls", "--store", cli.store, "--json", "nothing")
     assert (done.returncode, json.loads(done.stdout)) == (1, [])
+
+
+def test_a_name_held_back_by_lock_delay(cli: Cli) -> None:
+    """A holder killed without a release: once the store expires it, ls shows the name as
+    held back, with the time left, and `ls NAME` exits 1 (not held)."""
+    holder = cli.start(
+        "run", "--store", cli.store, "--ttl", "1", "--lock-delay", "30", "job", "--",
+        "sh", "-c", WAIT_FOR_GO, cwd=cli.tmp,
+    )  # fmt: skip
+    cli.until(lambda: cli.held("job"), what="the lock held")
+    holder.kill()  # SIGKILL: no release
+    cli.until(lambda: not cli.locks(), what="the store to expire the lease")
+    table = cli("ls", "--store", cli.store).stdout.splitlines()
+    assert table[1].split()[:6] == ["job", "1", "held", "back", "(lock-delay)", "free"]
+    one = cli("ls", "--store", cli.store, "job")
+    assert one.returncode == 1 and "lock-delay holds it back; free in 2" in one.stdout
+    [entry] = json.loads(cli("ls", "--store", cli.store, "--json").stdout)
+    assert entry["state"] == "held-back" and entry["token"] == 1
+    assert 25 < entry["free_in"] <= 30
+    busy = cli("run", "--store", cli.store, "--no-wait", "job", "--", "true")
+    assert busy.returncode == 75

@@ -1,8 +1,10 @@
-"""``tenure ls [NAME]``: who holds which lock now, as a table, in detail, or as JSON."""
+"""``tenure ls [NAME]``: who holds which lock now, as a table, in detail, or as JSON; and which
+free names are held back by lock-delay, until when."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 
 import click
@@ -10,7 +12,7 @@ import click
 import tenure
 
 from .._names import check_name
-from ..stores._spi import LockInfo
+from ..stores._spi import HeldBack, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
@@ -27,7 +29,7 @@ def holder(info: LockInfo) -> str:
     return f"{shown(owner.host)} pid {owner.pid}{label}"
 
 
-def table(infos: list[LockInfo]) -> str:
+def table(infos: list[LockInfo], held: Sequence[HeldBack] = ()) -> str:
     rows = [COLUMNS] + [
         (
             shown(info.name),
@@ -38,7 +40,22 @@ def table(infos: list[LockInfo]) -> str:
         )
         for info in infos
     ]
+    rows += [
+        (shown(h.name), str(h.token or "-"), "held back (lock-delay)", free(h), "-") for h in held
+    ]
     return columns(rows)
+
+
+def free(held: HeldBack) -> str:
+    return f"free in {max(0.0, held.free_in):.1f}s"
+
+
+def held_back_line(held: HeldBack) -> str:
+    token = f" with token {held.token}" if held.token else ""
+    return (
+        f"lock {shown(held.name)!r} is not held: its lease{token} ended without a release, so "
+        f"lock-delay holds it back; {free(held)}"
+    )
 
 
 def detail(info: LockInfo) -> str:
@@ -58,7 +75,12 @@ def detail(info: LockInfo) -> str:
 def _as_json(info: LockInfo) -> dict[str, object]:
     data = asdict(info)
     data["expires_in"] = round(info.expires_in, 3)
+    data["state"] = "held"
     return data
+
+
+def _held_json(held: HeldBack) -> dict[str, object]:
+    return {"name": held.name, "token": held.token, "state": "held-back", "free_in": held.free_in}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,27 +88,35 @@ def _as_json(info: LockInfo) -> dict[str, object]:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, for scripts.")
 def ls(name: str | None, store: str | None, as_json: bool) -> int:
-    """Show who holds each lock: token, holder (host, pid, label), time left, waiters.
+    """Show who holds each lock: token, holder (host, pid, label), time left, waiters; and the
+    free names that lock-delay holds back (their last lease ended without a release).
 
-    With NAME, show that one lock in detail; exit 1 if it is not held.
+    With NAME, show that one lock in detail; exit 1 if it is not held (held back or free).
 
     \b
-    --json prints a list of objects (empty if nothing is held):
-      {"name", "token", "owner": {"host", "pid", "label"}, "expires_in", "waiters"}
+    --json prints a list of objects (empty if nothing is held or held back):
+      {"name", "token", "state": "held", "owner": {"host", "pid", "label"},
+       "expires_in", "waiters"}
+      {"name", "token", "state": "held-back", "free_in"}
     """
     if name is not None:
         check_name(name)
     client = tenure.connect(store)
     try:
         infos = client.locks(name)
+        held = client.held_back(name)
     finally:
         client.close()
     if as_json:
-        click.echo(json.dumps([_as_json(info) for info in infos], indent=2))
+        data = [_as_json(info) for info in infos] + [_held_json(h) for h in held]
+        click.echo(json.dumps(data, indent=2))
     elif name is not None:
-        click.echo(detail(infos[0]) if infos else f"lock {name!r} is not held")
+        if infos:
+            click.echo(detail(infos[0]))
+        else:
+            click.echo(held_back_line(held[0]) if held else f"lock {name!r} is not held")
     else:
-        click.echo(table(infos) if infos else "no locks held")
+        click.echo(table(infos, held) if infos or held else "no locks held")
     return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
 
 

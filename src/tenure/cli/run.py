@@ -93,7 +93,7 @@ class WaitReporter:
             return
         self._last = key
         if holder is None:
-            what = "free, but others are ahead in the queue"
+            what = "not held, but held back by lock-delay or others are ahead in the queue"
         else:
             what = f"held by {describe(holder)}"
         click.echo(f"tenure: waiting for lock {self.name!r}: {what}", err=True)
@@ -200,7 +200,11 @@ def _locked_run(
         except tenure.NotAcquired as exc:
             if not quiet:
                 holder = exc.holder
-                who = f"held by {describe(holder)}" if holder is not None else "busy"
+                who = (
+                    f"held by {describe(holder)}"
+                    if holder is not None
+                    else "held back by lock-delay, or others are ahead in the queue"
+                )
                 how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
                 click.echo(f"tenure: lock {name!r} not acquired ({how}): {who}", err=True)
             return EXIT_BUSY
