@@ -3,6 +3,7 @@ exactly the planted violation, so a checker that always says "fine" fails here."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +19,20 @@ from tenure.testing.chaos.checkers import (
     check_one_leader_per_term,
     check_stale_tokens,
     check_token_order,
+    check_work_overlap,
     violations,
+    work_spans,
 )
-from tenure.testing.chaos.history import NEMESIS, Accepted, Event, Finding, Phase, ResourceLog
+from tenure.testing.chaos.history import (
+    NEMESIS,
+    Accepted,
+    Event,
+    Finding,
+    Phase,
+    ResourceLog,
+    WorkRecord,
+    read_work,
+)
 
 # --- builders -------------------------------------------------------------------------------
 
@@ -321,6 +333,65 @@ def test_check_all_on_an_unfenced_run_bites() -> None:
     findings = check_all(runs, counter(("w2", 2, 0), ("w1", 1, 0), final=1))
     assert violations(findings)["lost-update"] == 2
     assert violations(findings)["stale-token"] == 1
+
+
+# --- work under tenure run ---------------------------------------------------------------
+
+
+def worked(
+    child: str, token: int, start: float, end: float, tick: float = 0.02
+) -> list[WorkRecord]:
+    """A child's records, one per tick from ``start`` to ``end``."""
+    count = round((end - start) / tick)
+    return [WorkRecord(child, token, start + i * tick) for i in range(count + 1)]
+
+
+def test_commands_one_after_another_do_not_overlap() -> None:
+    # w0's command stops at 1.0; w1's starts 30 ms later; w0's next one after w1's ends.
+    work = [*worked("w0-0", 1, 0, 1.0), *worked("w1-0", 2, 1.03, 2.0), *worked("w0-1", 3, 2.1, 3)]
+    assert check_work_overlap(work) == []
+    assert [s.child for s in work_spans(work)] == ["w0-0", "w1-0", "w0-1"]
+
+
+def test_two_commands_working_at_once_are_reported() -> None:
+    # w0's command works on for 0.5 s after w1's started (a too-long grace), and a third one
+    # recorded once, at 1.7, while w1's still worked (a frozen command woken up, then killed).
+    work = [*worked("w0-0", 1, 0, 1.5), *worked("w1-0", 2, 1.0, 2.0), WorkRecord("w2-4", 3, 1.7)]
+    findings = check_work_overlap(work)
+    assert checks(findings) == ["work-overlap", "work-overlap"]
+    first, second = findings
+    assert first.gated and first.t == pytest.approx(1.0)
+    assert first.processes == ("w0", "w1")
+    assert first.message == "w0-0 (token 1) and w1-0 (token 2) worked at once for 500.0 ms"
+    assert second.processes == ("w1", "w2") and second.t == pytest.approx(1.7)
+    assert second.message == "w1-0 (token 2) and w2-4 (token 3) worked at once for 0.0 ms"
+    assert violations(findings)["work-overlap"] == 2
+
+
+def test_a_frozen_command_does_no_work_while_frozen() -> None:
+    # w0's command is frozen from 1.0 to 3.0 and killed on waking (no record after): w1 worked
+    # in between, never at the same time as w0's.
+    work = [*worked("w0-0", 1, 0, 1.0), *worked("w1-0", 2, 1.6, 2.8)]
+    assert check_work_overlap(work) == []
+    # Woken at 3.0 while w1 still works: the records after the silence overlap.
+    woken = [*work, *worked("w0-0", 1, 3.0, 3.1), *worked("w1-0", 2, 2.8, 3.5)]
+    [finding] = check_work_overlap(woken)
+    assert finding.t == pytest.approx(3.0)
+    assert "for 100.0 ms" in finding.message
+    assert [(s.start, s.end) for s in work_spans(woken) if s.child == "w0-0"] == [
+        (0, pytest.approx(1.0)),
+        (3.0, pytest.approx(3.1)),
+    ]
+
+
+def test_work_files_are_read_without_torn_lines(tmp_path: Path) -> None:
+    (tmp_path / "w0-0.work").write_text("1.000000 7\n1.020000 7\n1.04")  # killed mid-line
+    (tmp_path / "w1-0.work").write_text("0.500000 6\n")
+    assert read_work(tmp_path) == [
+        WorkRecord("w1-0", 6, 0.5),
+        WorkRecord("w0-0", 7, 1.0),
+        WorkRecord("w0-0", 7, 1.02),
+    ]
 
 
 # --- property: token order ------------------------------------------------------------------

@@ -47,6 +47,10 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.option("--workers", type=click.IntRange(2, 32), default=5, show_default=True)
 @click.option("--ttl", type=click.FloatRange(0.2, 60), default=1.0, show_default=True)
 @click.option(
+    "--lock-delay", type=click.FloatRange(0, 60), default=None, metavar="S",
+    help="--workload run: the workers' tenure run --lock-delay (default: tenure run's).",
+)  # fmt: skip
+@click.option(
     "--seconds", type=click.FloatRange(3, 3600), default=15.0, show_default=True,
     help="How long the workers run.",
 )  # fmt: skip
@@ -79,6 +83,7 @@ def chaos(
     workload: str,
     workers: int,
     ttl: float,
+    lock_delay: float | None,
     seconds: float,
     seed: int | None,
     runs: int,
@@ -92,7 +97,9 @@ def chaos(
 
     Workers take one lock and read-modify-write a resource through the fence while the nemesis
     pauses, kills or cuts them off (or faults the store's servers). The checkers then look for
-    lost updates, stale tokens accepted, tokens out of order and two leaders in a term.
+    lost updates, stale tokens accepted, tokens out of order and two leaders in a term. With
+    --workload run the workers are tenure run supervisors whose commands record when they work,
+    and the checker looks for two commands working at once.
     """
     if list_only:
         for item in SCENARIOS.values():
@@ -115,7 +122,7 @@ def chaos(
                 report = Run(
                     SCENARIOS[name], url, run_dir, workers_count=workers, ttl=ttl,
                     seconds=seconds, seed=run_seed, fenced=not unfenced, workload=workload,
-                    clock_rate=clock_rate, control=control,
+                    clock_rate=clock_rate, control=control, lock_delay=lock_delay,
                 ).execute()  # fmt: skip
                 reports.append(report)
                 if not as_json:

@@ -4,7 +4,9 @@ accepted, and name every broken promise of DESIGN.md.
 Safety is judged by the resource's own log (what it accepted, in its commit order), not by what
 the workers believed: a worker's belief that it holds a lock can be stale under faults, and fencing
 makes that harmless. So the gated checks (violations, exit status 1) read the resource log or the
-grants the store made; ``belief-overlap`` is a diagnostic only (``gated=False``).
+grants the store made; ``belief-overlap`` is a diagnostic only (``gated=False``). For the ``run``
+workload, whose commands check no token, the resource is time itself: ``work-overlap`` reads
+when each child recorded work.
 
 Each checker is a linear pass or a sort plus a sweep, since histories hold 10^4-10^5 events.
 """
@@ -18,7 +20,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .history import NEMESIS, Accepted, Event, Finding, LeaseWindow, ResourceLog, lease_windows
+from .history import (
+    NEMESIS,
+    Accepted,
+    Event,
+    Finding,
+    LeaseWindow,
+    ResourceLog,
+    WorkRecord,
+    lease_windows,
+)
 
 LOST_UPDATE = "lost-update"
 STALE_TOKEN = "stale-token"
@@ -28,6 +39,10 @@ TWO_LEADERS = "two-leaders"
 TERM_REGRESSION = "term-regression"
 UNOBSERVED_TERM = "unobserved-term"
 BELIEF_OVERLAP = "belief-overlap"
+WORK_OVERLAP = "work-overlap"
+WORK_GAP = 0.25
+"""Seconds of silence after which a child counts as not working (stopped, or not scheduled):
+ten of its 20 ms ticks. A frozen child does no work, so only time both children ran counts."""
 OBSERVER = "observer"
 """The history process of the follower that observes an election (``client.observe``)."""
 STORE_FAULTS = frozenset({"member-kill", "member-pause", "majority-loss", "store-restart"})
@@ -40,15 +55,20 @@ CHECKS: dict[str, str] = {
     TWO_LEADERS: "one election term has log entries from two different leaders",
     TERM_REGRESSION: "the election log accepted a term lower than an earlier one",
     UNOBSERVED_TERM: "a follower observing the election never saw a term that wrote to the log",
+    WORK_OVERLAP: "two commands run under tenure run (different children) worked at the same time",
     BELIEF_OVERLAP: "diagnostic: two workers believed they held one lock at the same time",
 }
 DIAGNOSTICS = frozenset({BELIEF_OVERLAP})
 GATED: tuple[str, ...] = tuple(name for name in CHECKS if name not in DIAGNOSTICS)
 
 
-def check_all(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
-    """Every checker that applies to the resource's workload."""
+def check_all(
+    history: Sequence[Event], resource: ResourceLog, work: Sequence[WorkRecord] = ()
+) -> list[Finding]:
+    """Every checker that applies to the resource's workload (``work``: the ``run`` workload's
+    work records)."""
     return [
+        *check_work_overlap(work),
         *check_lost_updates(history, resource),
         *check_stale_tokens(resource),
         *check_token_order(history),
@@ -80,8 +100,8 @@ def check_lost_updates(history: Sequence[Event], resource: ResourceLog) -> list[
         ]
     if resource.workload == "set":
         return _set_lost_elements(history, resource)
-    if resource.workload == "election":
-        return []  # an append-only log: nothing to overwrite
+    if resource.workload in ("election", "run"):
+        return []  # an append-only log, or no shared state: nothing to overwrite
     raise ValueError(f"unknown workload {resource.workload!r}")
 
 
@@ -357,6 +377,70 @@ def check_observed_terms(history: Sequence[Event], resource: ResourceLog) -> lis
         for term, write in first.items()
         if term not in observed
     ]
+
+
+# --- work under tenure run ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkSpan:
+    """A stretch of time one child recorded work with no silence longer than the gap."""
+
+    child: str
+    token: int
+    start: float
+    end: float
+
+    @property
+    def process(self) -> str:
+        """The worker that ran the child (``w3`` for ``w3-7``)."""
+        return self.child.rpartition("-")[0] or self.child
+
+
+def work_spans(work: Iterable[WorkRecord], gap: float = WORK_GAP) -> list[WorkSpan]:
+    """Each child's records joined into spans, split where it was silent for more than ``gap``
+    seconds; sorted by start."""
+    by_child: dict[str, list[WorkRecord]] = defaultdict(list)
+    for record in work:
+        by_child[record.child].append(record)
+    spans: list[WorkSpan] = []
+    for child, records in by_child.items():
+        records.sort(key=lambda r: r.t)
+        start = previous = records[0]
+        for record in records[1:]:
+            if record.t - previous.t > gap:
+                spans.append(WorkSpan(child, start.token, start.t, previous.t))
+                start = record
+            previous = record
+        spans.append(WorkSpan(child, start.token, start.t, previous.t))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def check_work_overlap(work: Sequence[WorkRecord], gap: float = WORK_GAP) -> list[Finding]:
+    """Every interval in which two children worked at once. A command that checks no token is
+    safe only if it stopped before anyone else was granted the lock; this reads when each child
+    recorded work, not what any supervisor believed. Sweep spans by start, keeping the open ones
+    in a heap by end: each overlapping pair is met once, when the later span starts."""
+    findings: list[Finding] = []
+    active: list[tuple[float, int, WorkSpan]] = []
+    for index, span in enumerate(work_spans(work, gap)):
+        while active and active[0][0] < span.start:
+            heapq.heappop(active)
+        for _, _, other in active:
+            if other.child != span.child:
+                findings.append(_work_finding(other, span, min(other.end, span.end)))
+        heapq.heappush(active, (span.end, index, span))
+    return findings
+
+
+def _work_finding(first: WorkSpan, second: WorkSpan, until: float) -> Finding:
+    return Finding(
+        WORK_OVERLAP,
+        f"{first.child} (token {first.token}) and {second.child} (token {second.token}) worked"
+        f" at once for {(until - second.start) * 1000:.1f} ms",
+        t=second.start,
+        processes=_unique(first.process, second.process),
+    )
 
 
 # --- beliefs (diagnostic) -------------------------------------------------------------------

@@ -22,7 +22,13 @@ write      invoke with ``token`` and ``value`` (counter: ``{"old": n, "new": n+1
 release    invoke with ``token``; ok / fail.
 lost       info with ``token``: the worker noticed its lease was lost (callback time).
 start      info: the worker process started (``pid`` set).
+run        the ``run`` workload: invoke when a worker starts ``tenure run`` (``pid`` set,
+           ``value["child"]`` names the child's work file); ok when it exits 0, fail otherwise
+           (``error`` gives the exit status).
 =========  =========================================================================================
+
+The ``run`` workload's children record their work apart, one file per child (`WorkRecord`,
+`read_work`): what the ``work-overlap`` checker reads.
 
 Faults are events of the process ``"nemesis"``: ``f`` is the fault's kind (``pause``, ``kill``,
 ``partition``, ``lost-reply``, ``store-kill``, ``store-pause``, ``store-restart``, ``clock``…),
@@ -114,6 +120,15 @@ class LeaseWindow:
     ended_by: str  # release, lost, kill, restart, reacquire or end (of the run)
 
 
+@dataclass(frozen=True)
+class WorkRecord:
+    """One line of a ``run``-workload child's work file: it was working at ``t``."""
+
+    child: str  # the file's stem: ``w3-7``, the 8th command worker w3 ran
+    token: int
+    t: float
+
+
 class Recorder:
     """Appends one process's events to its own JSON-lines file, one ``write`` per event, so a
     process killed at any instant leaves whole lines (at most its last line torn, which
@@ -151,6 +166,20 @@ def read_history(paths: Iterable[Path | str]) -> list[Event]:
 
 def history_files(directory: Path | str) -> list[Path]:
     return sorted(Path(directory).glob("*.jsonl"))
+
+
+def read_work(directory: Path | str) -> list[WorkRecord]:
+    """Every child's work records (``*.work`` files of ``directory``), in time order; a torn
+    last line (the child was killed mid-write) is skipped."""
+    records: list[WorkRecord] = []
+    for path in sorted(Path(directory).glob("*.work")):
+        with open(path, encoding="utf-8") as file:
+            for line in file:
+                t, _, token = line.partition(" ")
+                if line.endswith("\n") and token.strip().isdigit():
+                    records.append(WorkRecord(path.stem, int(token), float(t)))
+    records.sort(key=lambda r: r.t)
+    return records
 
 
 def _read(path: Path) -> Iterator[Event]:

@@ -9,6 +9,10 @@ Kinds:
 
 ==============  ===============================================================================
 pause           SIGSTOP the holder for 1–3 × TTL, then SIGCONT.
+group-pause     SIGSTOP the holder's whole supervisor group (``run`` workload: ``tenure run`` and
+                its child's group) for 0.5–0.9 × lock-delay, then SIGCONT (child first).
+long-group-pause  the same for TTL + lock-delay + 0.5 s + 0.5–1 × TTL: longer than anything a
+                timeout can cover (the positive control of ``work-overlap``).
 kill            SIGKILL the holder, start a fresh worker in its place.
 kill-any        SIGKILL any worker at a random instant (often inside a transaction).
 stall           the holder's renewals hang for 1–3 × TTL while it keeps working: cut off from
@@ -46,9 +50,10 @@ from .history import Recorder
 from .servers import RedisControl
 
 if TYPE_CHECKING:
-    from .runner import Run, WorkerProcess
+    from .processes import WorkerProcess
+    from .runner import Run
 
-PROCESS_FAULTS = ("pause", "kill", "kill-any", "stall")
+PROCESS_FAULTS = ("pause", "group-pause", "long-group-pause", "kill", "kill-any", "stall")
 LINK_FAULTS = ("partition", "short-partition", "lost-reply")
 STORE_FAULTS = (
     "member-kill",
@@ -124,6 +129,23 @@ class Nemesis:
             self.span(1, 3),
             lambda: worker.signal(signal.SIGSTOP),
             lambda: worker.signal(signal.SIGCONT),
+        )
+
+    def fault_group_pause(self) -> None:
+        """Shorter than the lock-delay: the store holds the name back until the holder's
+        supervisor is running again and can stop its command."""
+        self._group_pause("group-pause", self.rng.uniform(0.5, 0.9) * self.run.effective_lock_delay)
+
+    def fault_long_group_pause(self) -> None:
+        """Longer than TTL + lock-delay (+ time for the next holder's command to start): the next
+        holder works before the frozen command can be stopped."""
+        lock_delay = self.run.effective_lock_delay
+        self._group_pause("long-group-pause", self.ttl + lock_delay + 0.5 + self.span(0.5, 1))
+
+    def _group_pause(self, kind: str, seconds: float) -> None:
+        worker = self.holder()
+        self.lasting(
+            kind, worker.name, seconds, worker.freeze, worker.thaw, length=round(seconds, 3)
         )
 
     def fault_kill(self) -> None:

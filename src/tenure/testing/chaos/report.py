@@ -14,7 +14,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .history import NEMESIS, Event, Finding, LeaseWindow, lease_windows, targets_of
+from .history import (
+    NEMESIS,
+    Event,
+    Finding,
+    LeaseWindow,
+    WorkRecord,
+    lease_windows,
+    targets_of,
+)
 
 OPERATIONS = ("acquire", "read", "write", "release")
 OUTCOMES = ("ok", "fail", "info")
@@ -65,6 +73,8 @@ class Report:
     violations: dict[str, int]
     diagnostics: dict[str, int]
     findings: list[Finding]
+    commands: dict[str, int] = field(default_factory=dict)
+    """The ``run`` workload: commands started, those that worked, and their exit codes."""
 
     @property
     def violation_count(self) -> int:
@@ -88,6 +98,7 @@ class Report:
                 "acknowledged_writes": self.acknowledged,
                 "refused_writes": self.refused,
                 "losses_noticed": self.losses,
+                "commands": dict(self.commands),
             },
             "time_to_next_grant": _gap_summary(self.next_grant),
             "findings": [_finding_json(f, self.info.started) for f in self.findings],
@@ -106,7 +117,13 @@ class Report:
             f"faults:      {_counts_text(self.faults)}",
             f"operations:  {_operations_text(self.operations)}",
             f"grants:      {self.grants}",
-            f"writes:      {self.acknowledged} acknowledged, {self.refused} refused (stale token)",
+            *(
+                _work_text(self.commands)
+                or [
+                    f"writes:      {self.acknowledged} acknowledged, {self.refused} refused"
+                    " (stale token)"
+                ]
+            ),
             f"losses:      {self.losses} noticed",
             f"next grant:  {_gap_text(self.next_grant)}",
             f"violations:  {_counts_text(self.violations, nonzero_first=True)}",
@@ -127,17 +144,20 @@ def build_report(
     history: Sequence[Event],
     findings: Sequence[Finding],
     violations: Mapping[str, int],
+    work: Sequence[WorkRecord] = (),
 ) -> Report:
-    """Count what happened in ``history`` (in time order); ``violations`` comes from the caller."""
+    """Count what happened in ``history`` (in time order); ``violations`` comes from the caller.
+    ``work``: the ``run`` workload's work records; each child that worked ran under one grant."""
     end = run_end(info, history)
     workers = set(worker_names(info, history))
     faults = faults_of(history, end)
     operations = _operation_counts(history)
+    commands = _command_counts(history, work) if info.workload == "run" else {}
     return Report(
         info=info,
         operations=operations,
         faults=dict(Counter(fault.kind for fault in faults)),
-        grants=operations["acquire"]["ok"],
+        grants=commands.get("worked", operations["acquire"]["ok"]),
         acknowledged=operations["write"]["ok"],
         refused=sum(is_refused_write(e) for e in history),
         losses=sum(e.f == "lost" and e.process != NEMESIS for e in history),
@@ -145,6 +165,7 @@ def build_report(
         violations=dict(violations),
         diagnostics=dict(Counter(f.check for f in findings if not f.gated)),
         findings=list(findings),
+        commands=commands,
     )
 
 
@@ -236,6 +257,15 @@ def _operation_counts(history: Iterable[Event]) -> dict[str, dict[str, int]]:
     return {f: {o: c[o] for o in OUTCOMES} for f, c in counts.items()}
 
 
+def _command_counts(history: Iterable[Event], work: Iterable[WorkRecord]) -> dict[str, int]:
+    """How many commands ``tenure run`` started, how many worked, and how they ended."""
+    counts: Counter[str] = Counter()
+    for e in history:
+        if e.f == "run" and e.process != NEMESIS:
+            counts["started" if e.type == "invoke" else (e.error or "exit 0")] += 1
+    return {"started": 0, **counts, "worked": len({r.child for r in work})}
+
+
 def _next_grant_gaps(
     history: Iterable[Event], faults: Iterable[Fault], windows: list[LeaseWindow], workers: set[str]
 ) -> list[float]:
@@ -283,6 +313,16 @@ def _gap_text(gaps: Sequence[float]) -> str:
         f"median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s "
         f"(after {n} fault{'s' if n != 1 else ''} on the holder)"
     )
+
+
+def _work_text(commands: Mapping[str, int]) -> list[str]:
+    if not commands:
+        return []
+    ends = ", ".join(f"{k} {n}" for k, n in sorted(commands.items()) if k.startswith("exit"))
+    return [
+        f"commands:    {commands['started']} started under tenure run, {commands['worked']} "
+        f"worked; ended: {ends or 'none yet'}"
+    ]
 
 
 def _counts_text(counts: Mapping[str, int], nonzero_first: bool = False) -> str:

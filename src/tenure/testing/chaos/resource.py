@@ -10,6 +10,9 @@ Fenced access admits the lease's token on *every* access, reads included, so tha
 holder's read shuts out an older holder's later write (the read-modify-write is then safe);
 unfenced access trusts the lock alone.
 
+The ``run`` workload has no shared state here: its commands check no token, and what they did
+is when they worked (each child's work file, `history.read_work`).
+
 The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
 file then only names the workload, and the store's URL is needed to create and read it.
 """
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
 
 RESOURCE = "resource"  # the fence's resource name
 GUARDED = "guarded"  # the workload whose counter lives in the store
-WORKLOADS = ("counter", "set", "election", GUARDED)
+RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker`)
+WORKLOADS = ("counter", "set", "election", GUARDED, RUN)
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
 
 
@@ -46,7 +50,7 @@ def create_resource(path: Path | str, workload: str, store_url: str | None = Non
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('workload', ?)", (workload,))
-        if workload != GUARDED:
+        if workload not in (GUARDED, RUN):
             _create_state(db, workload)
     finally:
         db.close()
@@ -124,6 +128,8 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
         if workload == GUARDED:
             with _guard(store_url) as guard:
                 return guard.read_log()
+        if workload == RUN:
+            return ResourceLog(RUN, [], None)
         (final,) = db.execute("SELECT value FROM state").fetchone()
         rows = db.execute(
             "SELECT seq, process, token, data, t FROM accepted ORDER BY seq"

@@ -1,6 +1,6 @@
-"""One chaos run: start the workers (each behind its own proxies when links are to be cut), let
-the nemesis inject the scenario's faults, heal everything, wait for the workers, then check the
-history and the resource and write the report.
+"""One chaos run: start the workers (each behind its own proxies when links are to be cut), wait
+until every one is ready, start the clock, let the nemesis inject the scenario's faults, heal
+everything, wait for the workers, then check the history and the resource and write the report.
 
 Everything random comes from one seed, and the run ends at a fixed time: the same seed replays
 the same choices (the timing of real processes still varies from run to run).
@@ -8,27 +8,27 @@ the same choices (the timing of real processes still varies from run to run).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..._errors import InvalidArgument
+from ..._state import default_lock_delay
 from ...stores._connect import redact
-from ..proxy import ChaosProxy, Mode, ThreadedChaosProxy
+from ..proxy import ChaosProxy
 from . import checkers
-from .history import NEMESIS, Recorder, history_files, read_history, write_history
+from .history import NEMESIS, Recorder, history_files, read_history, read_work, write_history
 from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
+from .processes import RunWorker, Stall, WorkerProcess, tenure_command
 from .report import Report, RunInfo, build_report
-from .resource import create_resource, read_resource
+from .resource import RUN, create_resource, read_resource
 from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
@@ -41,45 +41,8 @@ DEFAULT_PORTS = {
     "redis": 6379,
     "redlock": 6379,
 }
-
-
-@dataclass
-class WorkerProcess:
-    """One worker slot (``w3``): its process (replaced after a kill) and its proxies."""
-
-    name: str
-    argv: list[str]
-    proxies: list[ThreadedChaosProxy] = field(default_factory=list)
-    stall_file: Path | None = None
-    log: Path = Path(os.devnull)
-    proc: subprocess.Popen[bytes] | None = None
-
-    def spawn(self) -> None:
-        # Its stderr (e.g. a paused worker's "session lost" line) goes to its log, not ours.
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stderr=log)
-
-    def stall(self, on: bool) -> None:
-        """Make the worker's renewals hang (or not): they do while its stall file exists."""
-        if self.stall_file is not None:
-            if on:
-                self.stall_file.touch()
-            else:
-                self.stall_file.unlink(missing_ok=True)
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def set_links(self, mode: Mode) -> None:
-        for proxy in self.proxies:
-            proxy.set_mode(mode)
+READY_TIMEOUT = 120.0
+"""Seconds every worker gets to start (imports, first connection) before the clock starts."""
 
 
 @dataclass
@@ -96,7 +59,13 @@ class Run:
     clock_rate: float | None = None
     control: ServerControl | None = None
     lock: str = "chaos"
+    lock_delay: float | None = None
+    """``run`` workload: ``tenure run --lock-delay`` (None: its default, one TTL up to 15 s)."""
     workers: list[WorkerProcess] = field(default_factory=list)
+
+    @property
+    def effective_lock_delay(self) -> float:
+        return default_lock_delay(self.ttl) if self.lock_delay is None else self.lock_delay
 
     def server(self) -> ServerControl:
         if self.control is None:
@@ -111,30 +80,41 @@ class Run:
     def execute(self) -> Report:
         self.check_applicable()
         self.out.mkdir(parents=True, exist_ok=True)
-        history_dir = self.out / "history"
-        history_dir.mkdir(exist_ok=True)
-        for old in history_files(history_dir):
-            old.unlink()
+        history_dir, work_dir = self.out / "history", self.out / "work"
+        for directory, pattern in ((history_dir, "*.jsonl"), (work_dir, "*.work")):
+            directory.mkdir(exist_ok=True)
+            for old in directory.glob(pattern):
+                old.unlink()
+        go = history_dir / "go"
+        go.unlink(missing_ok=True)
         resource = self.out / "resource.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{resource}{suffix}").unlink(missing_ok=True)
         create_resource(resource, self.workload, self.store_url)
         rng = random.Random(self.seed)
-        started = time.monotonic()
-        until = started + self.seconds
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
         nemesis = Nemesis(self, rng, recorder)
         notes: list[str] = []
         observer = None
         if self.workload == "election":  # a follower: does it see every term?
             observer = Observer(self.store_url, self.lock, history_dir / "observer.jsonl")
+        stall = self._store_stall()
+        started = time.monotonic()
         try:
-            self._start_workers(resource, history_dir, until)
+            self._start_workers(resource, history_dir, work_dir, go, stall)
+            self._wait_ready(time.monotonic() + READY_TIMEOUT)
+            # The run's clock starts now: every worker has started and reached the store.
+            started = time.monotonic()
+            until = started + self.seconds
+            go.with_suffix(".tmp").write_text(repr(until))
+            go.with_suffix(".tmp").replace(go)
+            for worker in self.workers:
+                worker.go(until)
             rate = self._clock_rate()
             if rate != 1.0:
                 recorder.record("clock", "info", value={"target": "all workers", "rate": rate})
             calm = max(2 * self.ttl, 1.0)  # the last faults heal well before the end
-            time.sleep(min(1.0, self.seconds / 4))  # let the workers start and take turns first
+            time.sleep(min(1.0, self.seconds / 4))  # let the workers take turns first
             while time.monotonic() < until - calm - self.ttl * 3 and self.scenario.faults:
                 time.sleep(rng.uniform(*self.scenario.every))
                 nemesis.inject(rng.choice(self.scenario.faults))
@@ -147,21 +127,22 @@ class Run:
                 observer.close()
             self._heal()
             for worker in self.workers:
-                worker.kill()
-                for proxy in worker.proxies:
-                    proxy.close()
+                worker.close()
+            if stall is not None:
+                stall.close()
             nemesis.close()
             recorder.close()
         ended = time.monotonic()
         history = read_history(history_files(history_dir))
         write_history(self.out / "history.jsonl", history)
         log = read_resource(resource, self.store_url)
-        findings = checkers.check_all(history, log)
+        work = read_work(work_dir)
+        findings = checkers.check_all(history, log, work)
         info = RunInfo(
             scenario=self.scenario.name,
             store=redact(self.store_url),
             workload=self.workload,
-            fenced=self.fenced,
+            fenced=self.fenced and self.workload != RUN,
             workers=self.workers_count,
             ttl=self.ttl,
             seed=self.seed,
@@ -170,7 +151,7 @@ class Run:
             ended=ended,
             notes=notes,
         )
-        report = build_report(info, history, findings, checkers.violations(findings))
+        report = build_report(info, history, findings, checkers.violations(findings), work)
         (self.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
         write_timeline(self.out / "timeline.html", info, history, findings)
         return report
@@ -178,8 +159,19 @@ class Run:
     def _clock_rate(self) -> float:
         return self.scenario.clock_rate if self.clock_rate is None else self.clock_rate
 
-    def _start_workers(self, resource: Path, history_dir: Path, until: float) -> None:
-        proxied = any(f in LINK_FAULTS for f in self.scenario.faults)
+    def _store_stall(self) -> Stall | None:
+        """The ``run`` workload's stall on SQLite: the store file's write lock."""
+        if self.workload != RUN or "stall" not in self.scenario.faults:
+            return None
+        parts = urlsplit(self.store_url)
+        return Stall(unquote(parts.path)) if parts.scheme == "sqlite" else None
+
+    def _start_workers(
+        self, resource: Path, history_dir: Path, work_dir: Path, go: Path, stall: Stall | None
+    ) -> None:
+        proxied = any(f in LINK_FAULTS for f in self.scenario.faults) or (
+            self.workload == RUN and "stall" in self.scenario.faults and stall is None
+        )
         for i in range(self.workers_count):
             name = f"w{i}"
             proxies = (
@@ -195,26 +187,58 @@ class Run:
                 if proxies
                 else (self.store_url)
             )
-            argv = [
-                sys.executable, "-m", "tenure.testing.chaos.worker",
-                "--store", url, "--resource", str(resource), "--workload", self.workload,
-                "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
-                "--until", repr(until), "--lock", self.lock, "--ttl", repr(self.ttl),
-                "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
-                "--clock-rate", repr(self._clock_rate()),
-                "--stall-file", str(history_dir / f"{name}.stall"),
-            ]  # fmt: skip
-            if not self.fenced:
-                argv.append("--unfenced")
-            worker = WorkerProcess(
-                name, argv, proxies, history_dir / f"{name}.stall", history_dir / f"{name}.log"
-            )
+            log = history_dir / f"{name}.log"
+            worker: WorkerProcess
+            if self.workload == RUN:
+                worker = RunWorker(
+                    name, self._run_argv(url, name), proxies, log=log, url=url,
+                    work_dir=work_dir, history=history_dir / f"{name}.jsonl", index=i,
+                    ttl=self.ttl, seed=self.seed, store_stall=stall,
+                )  # fmt: skip
+            else:
+                worker = WorkerProcess(
+                    name, self._worker_argv(url, name, resource, history_dir, go), proxies,
+                    history_dir / f"{name}.stall", log, ready_file=history_dir / f"{name}.ready",
+                )  # fmt: skip
             self.workers.append(worker)
             worker.spawn()
 
+    def _worker_argv(
+        self, url: str, name: str, resource: Path, history_dir: Path, go: Path
+    ) -> list[str]:
+        argv = [
+            sys.executable, "-m", "tenure.testing.chaos.worker",
+            "--store", url, "--resource", str(resource), "--workload", self.workload,
+            "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
+            "--ready", str(history_dir / f"{name}.ready"), "--go", str(go),
+            "--lock", self.lock, "--ttl", repr(self.ttl),
+            "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
+            "--clock-rate", repr(self._clock_rate()),
+            "--stall-file", str(history_dir / f"{name}.stall"),
+        ]  # fmt: skip
+        if not self.fenced:
+            argv.append("--unfenced")
+        return argv
+
+    def _run_argv(self, url: str, name: str) -> list[str]:
+        """``tenure run`` as a user types it (the child is added per command)."""
+        argv = [*tenure_command(), "run", "--store", url, "--ttl", repr(self.ttl),
+                "--label", f"chaos {name}"]  # fmt: skip
+        if self.lock_delay is not None:
+            argv += ["--lock-delay", repr(self.lock_delay)]
+        return [*argv, self.lock]
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Until every worker said it is ready; `RuntimeError` after ``deadline``."""
+        while not all(worker.ready() for worker in self.workers):
+            if time.monotonic() > deadline:
+                late = ", ".join(w.name for w in self.workers if not w.ready())
+                raise RuntimeError(f"workers not ready after {READY_TIMEOUT:g} s: {late}")
+            time.sleep(0.01)
+
     def _heal(self) -> None:
         for worker in self.workers:
-            worker.signal(signal.SIGCONT)
+            worker.thaw()
             worker.stall(False)
             worker.set_links("pass")
         if self.control is not None:
@@ -223,9 +247,8 @@ class Run:
     def _wait_workers(self, deadline: float) -> list[str]:
         notes = []
         for worker in self.workers:
-            assert worker.proc is not None
             try:
-                code = worker.proc.wait(max(0.1, deadline - time.monotonic()))
+                code = worker.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 notes.append(f"{worker.name} did not finish in time and was killed")
                 continue

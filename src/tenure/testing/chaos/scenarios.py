@@ -28,6 +28,20 @@ SCENARIOS = {
         Scenario("smoke", "a healthy store under high contention with short TTLs: no faults"),
         Scenario("pause", "the holder is paused (SIGSTOP) for 1-3 TTLs, then resumed", ("pause",)),
         Scenario(
+            "group-pause",
+            "the holder's whole supervisor group (tenure run and its command) is paused for "
+            "less than the lock-delay: no two commands may work at once",
+            ("group-pause",),
+            every=(0.5, 1.0),
+        ),
+        Scenario(
+            "long-group-pause",
+            "the same pause for longer than TTL + lock-delay: the frozen command wakes up "
+            "while the next holder's works (the positive control: only fencing helps then)",
+            ("long-group-pause",),
+            every=(0.3, 0.6),
+        ),
+        Scenario(
             "partition",
             "the holder is cut off from the store for 1-3 TTLs (blackholed links), then healed",
             ("partition",),

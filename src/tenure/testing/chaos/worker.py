@@ -2,12 +2,16 @@
 release; again, until the run's end. Every operation goes into the worker's history file.
 
 ``python -m tenure.testing.chaos.worker --store URL --resource PATH --workload counter
---process w0 --history w0.jsonl --until T [--unfenced] [--ttl 1] [--seed 7] [--clock-rate 1]``
+--process w0 --history w0.jsonl --ready w0.ready --go go [--unfenced] [--ttl 1] [--seed 7]
+[--clock-rate 1]``
 
-``--until`` is a ``time.monotonic()`` instant of the host (shared by all its processes), so a
-worker restarted after a kill stops with the others. ``--clock-rate`` runs the worker's lease
-clock fast (> 1) or slow (< 1): a slow clock makes the holder believe its lease lasts longer
-than the store does — beyond the configured drift bound, only fencing keeps the resource safe.
+Once started (imports done, the store reached once), the worker creates its ``--ready`` file and
+waits for the ``--go`` file, which the runner writes when every worker is ready: it holds the
+run's end, a ``time.monotonic()`` instant of the host (shared by all its processes), so a worker
+restarted after a kill finds it at once and stops with the others. ``--clock-rate`` runs the
+worker's lease clock fast (> 1) or slow (< 1): a slow clock makes the holder believe its lease
+lasts longer than the store does — beyond the configured drift bound, only fencing keeps the
+resource safe.
 
 Workloads (the step done while holding the lock):
 
@@ -27,6 +31,7 @@ accepts when a holder acts on a stale belief.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -94,6 +99,7 @@ class Worker:
         store, clock = self.store, self.clock
         self.client = tenure.Client(lambda: tenure.AsyncClient(store, label=label, clock=clock))
         self.steps = 0
+        self.until = 0.0
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -113,9 +119,20 @@ class Worker:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    def ready(self) -> None:
+        """Reach the store once, say so, and wait for the run's clock to start."""
+        with contextlib.suppress(tenure.TenureError):
+            self.client.locks(self.args.lock)
+        Path(self.args.ready).touch()
+        go = Path(self.args.go)
+        while not go.exists():
+            time.sleep(0.005)
+        self.until = float(go.read_text())
+
     def run(self) -> None:
+        self.ready()
         self.rec.record("start", "info", pid=os.getpid())
-        while time.monotonic() < self.args.until:
+        while time.monotonic() < self.until:
             lease = self.acquire()
             if lease is None:
                 continue
@@ -135,7 +152,7 @@ class Worker:
     def acquire(self) -> tenure.Lease | None:
         name = self.args.lock
         self.rec.record("acquire", "invoke", value={"name": name})
-        timeout = max(0.1, self.args.until - time.monotonic())
+        timeout = max(0.1, self.until - time.monotonic())
         try:
             lease: tenure.Lease
             if self.args.workload == "election":  # a campaign: the term is the token
@@ -230,7 +247,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workload", choices=WORKLOADS, default="counter")
     parser.add_argument("--process", required=True)
     parser.add_argument("--history", required=True)
-    parser.add_argument("--until", type=float, required=True)
+    parser.add_argument("--ready", required=True)
+    parser.add_argument("--go", required=True)
     parser.add_argument("--lock", default="chaos")
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--think", type=float, default=0.25)
