@@ -222,7 +222,11 @@ class Run:
 
     def _run_argv(self, url: str, name: str) -> list[str]:
         """``tenure run`` as a user types it (the child is added per command)."""
-        argv = [*tenure_command(), "run", "--store", url, "--ttl", repr(self.ttl),
+        rate = self._clock_rate()
+        tenure = tenure_command()
+        if rate != 1.0:  # the same command, with its lease clock scaled
+            tenure = [sys.executable, "-m", "tenure.testing.chaos.drift", repr(rate)]
+        argv = [*tenure, "run", "--store", url, "--ttl", repr(self.ttl),
                 "--label", f"chaos {name}"]  # fmt: skip
         if self.lock_delay is not None:
             argv += ["--lock-delay", repr(self.lock_delay)]
