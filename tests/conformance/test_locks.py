@@ -153,7 +153,8 @@ async def test_cancelled_waiter_leaves_the_queue(store_url: str) -> None:
 async def test_crashed_holder_expires_and_next_token_is_higher(store_url: str) -> None:
     """A holder that stops renewing loses the lock after its TTL; the next grant is higher."""
     faulty = FaultyStore(open_store(store_url))
-    async with AsyncClient(faulty) as a, tenure.connect_async(store_url) as b:
+    # About expiry, not lock-delay (test_lock_delay.py): the holder has none.
+    async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
         first = await a.acquire("crash", ttl=1)
         faulty.hang_keep_alive = True
         start = anyio.current_time()

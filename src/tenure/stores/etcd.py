@@ -60,6 +60,19 @@ Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no 
   deletion, from the revision the attempt read: no missed event, no herd, one wake-up per release.
 - **Release** is a txn: delete the own key only if its create revision is still the token, so a
   stale or retried release never deletes a newer lock.
+- **Lock-delay** (rule 8), by etcd's own leases and the leader's clock. A session with a delay
+  has a second, *hold-back* lease, TTL = session TTL + delay in whole seconds (rounded up),
+  renewed before the session lease (and again after it if the pair took longer than the TTL's
+  spare), so it always ends at least the delay after the session lease. A grant puts the
+  hold-back key ``<namespace>/locks/<encoded name>`` (the queue's prefix without its ``/``: in
+  no lock's range) on that lease, in the grant's own txn (a nested txn judged on the state
+  before the put) or, for a waiter, in a txn comparing its key and the hold-back key's absence;
+  no grant is made while another grant's hold-back key exists. A release deletes both keys in
+  one txn; ``close_session`` revokes the session lease and then, only if it was still alive, the
+  hold-back lease. A session that ends unreleased loses its lock keys at its TTL and its
+  hold-back keys ``delay`` later, both by etcd's clock; the first waiter watches the hold-back
+  key's deletion. A hold-back key with no lock key of its token is ``held_back`` (``free_in``:
+  its lease's whole seconds left, at least 0.5).
 - **Leader election.** ``proclaim`` rewrites the holder's key with the value added to the owner
   JSON it holds, in a txn comparing the key's create revision (the token) and its lease (the
   session's), keeping that lease; a new grant is a new key, so it starts with no value, and
@@ -90,6 +103,7 @@ The guarded txn is never retried once it may have reached etcd (it is not idempo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -128,6 +142,7 @@ from ._spi import (
     Capabilities,
     Change,
     Grant,
+    HeldBack,
     LockInfo,
     Owner,
     Record,
@@ -187,6 +202,20 @@ def _lock_info(name: str, holder: JSON, count: int, expires_in: float) -> LockIn
     return LockInfo(name, _created(holder), who, expires_in, max(0, count - 1), value)
 
 
+def _held_token(held: JSON) -> int:
+    """The token of the grant a hold-back key stands for: the one in its value, else (put in
+    the grant's own txn) its create revision, which is the lock key's."""
+    try:
+        return int(json.loads(unb64(held.get("value"))).get("token") or _created(held))
+    except (ValueError, TypeError, AttributeError):
+        return _created(held)
+
+
+def _absent(key: JSON) -> JSON:
+    """A compare: no key (in the range, if ``key`` has a ``range_end``)."""
+    return {**key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+
+
 def _ranges(answer: JSON) -> list[JSON]:
     """The range responses of a txn answer (an empty dict for any other response)."""
     return [r.get("response_range") or {} for r in answer.get("responses") or [{}]]
@@ -207,6 +236,14 @@ class EtcdSession(Session):
     id: int
     ttl: float
     value: bytes
+    hold: int = 0
+    """The hold-back lease (0: no lock-delay): its TTL outlives the session lease's by the delay."""
+    spare: float = 0.0
+    """Seconds the hold-back lease's TTL has beyond the session lease's plus the delay."""
+    lock_delay: float = 0.0
+    revoked: bool = False
+    """The session lease was revoked by ``close_session`` (a clean end): the hold-back lease
+    may go too."""
     slots: dict[str, set[int]] = field(default_factory=dict)
     """Per lock name, the key slots in use by this session's acquires (two acquires of one name
     in one session get different keys)."""
@@ -348,7 +385,10 @@ class EtcdStore(Store):
         store_judges_expiry=True,
         fair=True,
         native_wait=True,
-        notes="token = the lock key's create revision; session = one etcd lease (whole seconds)",
+        notes=(
+            "token = the lock key's create revision; session = one etcd lease (whole seconds);"
+            " lock-delay = a second lease, so a hold-back lasts up to 1 s longer than asked"
+        ),
     )
 
     def __init__(
@@ -413,6 +453,11 @@ class EtcdStore(Store):
     def _prefix(self, name: str) -> bytes:
         return self._root + quote(name, safe="").encode() + b"/"
 
+    def _held_key(self, name: str) -> bytes:
+        """The hold-back key of ``name``: the lock's prefix without its ``/``, so in no lock's
+        range (an encoded name has no ``/``)."""
+        return self._root + quote(name, safe="").encode()
+
     @staticmethod
     def _key(prefix: bytes, session: EtcdSession, slot: int) -> bytes:
         return prefix + f"{session.id:016x}{f'.{slot}' if slot else ''}".encode()
@@ -441,57 +486,110 @@ class EtcdStore(Store):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
-        lease = secrets.randbits(63) or 1
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         value = json.dumps({"host": owner.host, "pid": owner.pid, "label": owner.label}).encode()
-        body = {"ID": str(lease), "TTL": str(max(1, math.ceil(ttl)))}
+        seconds = max(1, math.ceil(ttl))
+        lease = await self._grant(seconds)
+        session = EtcdSession(lease, ttl, value, lock_delay=lock_delay)
+        if lock_delay > 0:
+            # Whole seconds, rounded up: the hold-back lease ends at least the delay after the
+            # session lease, by the leader's clock (``keep_alive`` keeps it so).
+            held = math.ceil(seconds + lock_delay)
+            try:
+                session.hold = await self._grant(held)
+            except BaseException:
+                with anyio.CancelScope(shield=True), contextlib.suppress(StoreUnavailable):
+                    await self._revoke(lease)
+                raise
+            session.spare = held - seconds - lock_delay
+        return session
+
+    async def _grant(self, seconds: int) -> int:
+        lease = secrets.randbits(63) or 1
         try:
-            await self._gw.call("lease/grant", body)
+            await self._gw.call("lease/grant", {"ID": str(lease), "TTL": str(seconds)})
         except EtcdError as exc:
             # "lease already exists": our own grant applied and its answer was lost (the ID is
             # ours: 63 random bits), so the retry found it rather than making a second lease.
             if "exists" not in str(exc):
                 raise self._error(exc) from None
-        return EtcdSession(lease, ttl, value)
+        return lease
+
+    async def _revoke(self, lease: int) -> bool:
+        """Revoke ``lease``; False if etcd no longer knows it (expired, or revoked already)."""
+        try:
+            await self._gw.call("lease/revoke", {"ID": str(lease)})
+        except EtcdError as exc:
+            if exc.code != NOT_FOUND:
+                raise self._error(exc) from None
+            return False
+        return True
 
     async def keep_alive(self, session: Session) -> bool:
         assert isinstance(session, EtcdSession)
-        try:
-            # Short per-member waits: a paused member must not eat the renewal window.
-            patience = min(self._gw.request_timeout, max(0.25, session.ttl / 4))
-            answer = await self._gw.call(
-                "lease/keepalive", {"ID": str(session.id)}, timeout=patience
-            )
-        except EtcdError as exc:
-            if exc.code == NOT_FOUND:
-                return False
-            raise self._error(exc) from None
-        result = answer.get("result") or {}
-        if int(result.get("TTL", 0)) <= 0:  # unknown or expired lease
+        # Short per-member waits: a paused member must not eat the renewal window.
+        patience = min(self._gw.request_timeout, max(0.25, session.ttl / 4))
+        # The hold-back lease first, the session lease only once it is renewed: the session
+        # lease never ends less than the delay before the hold-back lease, even when the second
+        # renewal fails. The session lease's renewal may reach etcd up to the pair's time after
+        # the hold-back lease's: if that is more than the hold-back TTL's spare (0 for a
+        # delay of whole seconds), the hold-back lease is renewed once more, after it.
+        started = time.monotonic()
+        if session.hold and not await self._renew(session.hold, patience):
+            return False
+        if not await self._renew(session.id, patience):
+            return False
+        late = session.hold and time.monotonic() - started > session.spare
+        if late and not await self._renew(session.hold, patience):
             return False
         if session.dirty:
             with anyio.move_on_after(patience):  # never delays the renewal's answer for long
                 await self._sweep(session)
         return True
 
+    async def _renew(self, lease: int, patience: float) -> bool:
+        try:
+            answer = await self._gw.call("lease/keepalive", {"ID": str(lease)}, timeout=patience)
+        except EtcdError as exc:
+            if exc.code == NOT_FOUND:
+                return False
+            raise self._error(exc) from None
+        result = answer.get("result") or {}
+        return int(result.get("TTL", 0)) > 0  # 0: unknown or expired lease
+
     async def _sweep(self, session: EtcdSession) -> None:
-        """Delete own keys that a failed request may have left (not ones in use again)."""
+        """Delete own keys that a failed request may have left (not ones in use again), and the
+        hold-back key a lost grant's txn may have put with one."""
         in_use = {self._key(self._prefix(name), session, slot) for name, slot in session.claimed()}
+        held = {name for name, _ in session.held}
         for key in list(session.dirty):
             if key not in in_use:
+                name = self._name_of(key)
+                # Our hold-back key of a name we hold no more stands for no grant: it goes too.
+                mine = {"key": b64(self._held_key(name)), "target": "LEASE", "result": "EQUAL"}
+                ours = session.hold and name not in held
+                body = {
+                    "compare": [{**mine, "lease": str(session.hold)}] if ours else [],
+                    "success": [delete_op(key)]
+                    + ([delete_op(self._held_key(name))] if ours else []),
+                    "failure": [delete_op(key)],
+                }
                 try:
-                    await self._gw.call("kv/deleterange", {"key": b64(key)})
+                    await self._gw.call("kv/txn", body)
                 except (StoreUnavailable, EtcdError):
                     return  # kept for the next keep-alive
             session.dirty.discard(key)
 
     async def close_session(self, session: Session) -> None:
         assert isinstance(session, EtcdSession)
-        try:
-            await self._gw.call("lease/revoke", {"ID": str(session.id)})
-        except EtcdError as exc:
-            if exc.code != NOT_FOUND:  # not found: revoked or expired already
-                raise self._error(exc) from None
+        # The session lease first: only if it was still alive is this a clean end, which frees
+        # its names at once (the hold-back lease goes too). If it had expired, its names stay
+        # held back until the hold-back lease expires on its own.
+        if not session.revoked:
+            session.revoked = await self._revoke(session.id)
+        if session.revoked and session.hold:
+            await self._revoke(session.hold)
+            session.hold = 0
         session.held.clear()
         session.slots.clear()
         session.dirty.clear()
@@ -505,6 +603,7 @@ class EtcdStore(Store):
         assert ticket is None or isinstance(ticket, EtcdTicket)
         prefix = self._prefix(name)
         end = prefix_end(prefix)
+        held_key = self._held_key(name)
         if ticket is None:
             slot = session.claim(name)
             key = self._key(prefix, session, slot)
@@ -515,19 +614,22 @@ class EtcdStore(Store):
         count = _range(prefix, end, count_only=True)
         answer: JSON | None = None
         wrote = False  # whether the put applied (the answer's ranges then follow the put)
+        # Every txn reads the hold-back key last: its range is the answer's last.
         if ticket is not None:
             # A waiter's own key is normally there: re-check with reads only. etcd serves a txn
             # with no put in either branch by a linearizable ReadIndex read instead of a Raft
             # round (a put even in a branch not taken makes the whole txn a write).
             reads = [get_op(key), _first(prefix, end), count]
-            reads.append(_last(prefix, end, 1, below=ticket.revision - 1))
+            reads += [_last(prefix, end, 1, below=ticket.revision - 1), get_op(held_key)]
             answer = await self._txn([], reads, [])  # failing: the ticket stays, nothing to undo
             if not _ranges(answer)[0].get("kvs"):
                 answer = None  # the own key is gone (its lease ended, or deleted): put it again
         if answer is None:
-            # Put the own key if it is absent (queueing) or if the whole lock is free (no waiting).
-            absent = {"key": b64(key)} if queue else {"key": b64(prefix), "range_end": b64(end)}
-            compare = [{**absent, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}]
+            # Put the own key if it is absent (queueing) or if the whole lock is free and not
+            # held back (no waiting).
+            empty = {"key": b64(prefix), "range_end": b64(end)}
+            free = [_absent(empty), _absent({"key": b64(held_key)})]
+            compare = [_absent({"key": b64(key)})] if queue else free
             put = {
                 "request_put": {
                     "key": b64(key),
@@ -537,9 +639,19 @@ class EtcdStore(Store):
             }
             # After the put, the own key is the last one: the last two are it and its predecessor.
             success = [put, _first(prefix, end), count, _last(prefix, end, 2)]
+            if session.hold:
+                # Granted by this txn (the lock was free and not held back before the put): its
+                # hold-back key is put with it, judged on the state before the put (a nested
+                # txn's compares are).
+                claim = self._hold_op(session, held_key, 0)
+                success.append(
+                    {"request_txn": {"compare": free, "success": [claim]}} if queue else claim
+                )
+            success.append(get_op(held_key))
             failure = [get_op(key), _first(prefix, end), count]
             if ticket is not None:
                 failure.append(_last(prefix, end, 1, below=ticket.revision - 1))
+            failure.append(get_op(held_key))
             try:
                 answer = await self._txn(compare, success, failure)
             except LeaseLost:
@@ -554,6 +666,7 @@ class EtcdStore(Store):
             wrote = bool(answer.get("succeeded"))
         revision = int(answer["header"]["revision"])
         ranges = _ranges(answer)
+        held = (ranges[-1].get("kvs") or [None])[0]
         before: JSON | None = None
         known = True  # whether ``before`` (the predecessor) was read in the txn
         if wrote:
@@ -568,18 +681,23 @@ class EtcdStore(Store):
                 before = (ranges[3].get("kvs") or [None])[0]
         owners = ranges[1].get("kvs", [])
         owner = owners[0] if owners else None
-        if mine is not None and owner is not None and _created(owner) == mine:
-            session.held[(name, mine)] = (key, slot)
-            return Grant(token=mine, renewed_session=False)
+        first = mine is not None and owner is not None and _created(owner) == mine
         try:
-            holder = (
-                await self._info(name, owner, int(ranges[2].get("count", 0))) if owner else None
-            )
+            if first and mine is not None and await self._hold(session, key, held_key, mine, held):
+                session.held[(name, mine)] = (key, slot)
+                return Grant(token=mine, renewed_session=False)
+            # Held back: the hold-back key of a grant whose lock key is gone (it ended without
+            # a release). Nobody holds the name meanwhile, the first in line included.
+            back = held is not None and (owner is None or _held_token(held) != _created(owner))
+            retry_in = await self._free_in(held) if back and (first or not queue) else None
+            holder = None
+            if owner is not None and not back and not first:
+                holder = await self._info(name, owner, int(ranges[2].get("count", 0)))
             if not queue:
                 if mine is not None:  # our own earlier attempt (its answer lost) queued the key
                     await self._delete(key, mine)
                 session.free(name, slot)
-                return Busy(holder=holder, ticket=None)
+                return Busy(holder=holder, ticket=None, retry_in=retry_in)
             assert mine is not None
             if not known:
                 answer = await self._call_range(_last(prefix, end, 1, below=mine - 1))
@@ -594,9 +712,57 @@ class EtcdStore(Store):
             ticket = EtcdTicket(session, name, key, slot, mine)
         ticket.revision = mine
         predecessor = unb64(before["key"]) if before else None
+        if first and back:
+            predecessor = held_key  # first in line: woken when the hold-back key expires
         return Busy(
-            holder=holder, ticket=ticket, extra={"predecessor": predecessor, "revision": revision}
+            holder=holder,
+            ticket=ticket,
+            retry_in=retry_in,
+            extra={"predecessor": predecessor, "revision": revision},
         )
+
+    def _hold_op(self, session: EtcdSession, held_key: bytes, token: int) -> JSON:
+        """The put of a hold-back key on the session's hold-back lease (``token`` 0: the put's
+        own revision, the lock key's in the same txn)."""
+        fields: dict[str, object] = {"lock_delay": session.lock_delay}
+        if token:
+            fields["token"] = token
+        op = {"key": b64(held_key), "value": b64(json.dumps(fields)), "lease": str(session.hold)}
+        return {"request_put": op}
+
+    async def _hold(
+        self, session: EtcdSession, key: bytes, held_key: bytes, mine: int, held: JSON | None
+    ) -> bool:
+        """Whether the session, first in line with the key created at ``mine``, is granted:
+        the name is not held back, and its own hold-back key stands for this grant (put now if
+        needed, while the own key still exists and nobody else's hold-back key does)."""
+        ours = held is not None and session.hold and str(held.get("lease")) == str(session.hold)
+        if held is not None and not ours:
+            return False  # someone else's: held back
+        if not session.hold:
+            return True  # no lock-delay of its own: nothing to put
+        if held is not None and _held_token(held) == mine:
+            return True  # put by this grant's own txn (or its claim, answered before)
+        # Not put yet (the lock was busy at the put), or ours from an earlier grant whose
+        # release found no lock key: now it stands for this one.
+        compare = [
+            {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": str(mine)},
+            {
+                "key": b64(held_key),
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": str(0 if held is None else held.get("mod_revision", 0)),
+            },
+        ]
+        answer = await self._txn(compare, [self._hold_op(session, held_key, mine)], [])
+        return bool(answer.get("succeeded"))
+
+    async def _free_in(self, held: JSON | None) -> float:
+        """Seconds until a hold-back key expires: its lease's whole seconds left (rounded down
+        by etcd), at least half a second (the leader expires leases every 0.5 s)."""
+        lease = None if held is None else held.get("lease")
+        left = await self._expires_in(str(lease), True) if lease else 0.0
+        return max(left, 0.5)
 
     async def _call_range(self, op: JSON) -> JSON:
         try:
@@ -683,27 +849,55 @@ class EtcdStore(Store):
         if entry is None:
             return  # never granted to this session (or released already)
         key, slot = entry
-        await self._delete(key, token)  # a no-op if the key is gone (lease expired) or newer
+        held_key = self._held_key(name)
+        # The lock key and its hold-back key in one txn: a clean release frees the name at
+        # once. A no-op if the key is gone (lease expired) or newer.
+        compare = [
+            {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": str(token)}
+        ]
+        success = [delete_op(key)] + ([delete_op(held_key)] if session.hold else [])
+        answer = await self._txn(compare, success, [get_op(held_key)])
+        if not answer.get("succeeded") and session.hold:
+            # The lock key was gone (deleted by hand): our hold-back key stands for nothing.
+            held = (_ranges(answer)[0].get("kvs") or [None])[0]
+            ours = held is not None and str(held.get("lease")) == str(session.hold)
+            if ours and held is not None and _held_token(held) == token:
+                mod = {"target": "MOD", "result": "EQUAL", "mod_revision": held["mod_revision"]}
+                await self._txn([{"key": b64(held_key), **mod}], [delete_op(held_key)], [])
         del session.held[(name, token)]
         session.free(name, slot)
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
-        prefix = self._root if name is None else self._prefix(name)
-        try:
-            answer = await self._gw.call(
-                "kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}
-            )
-        except EtcdError as exc:
-            raise self._error(exc) from None
+    async def _read_locks(self, name: str | None) -> tuple[dict[str, list[JSON]], dict[str, JSON]]:
+        """The queues of the locks (of ``name``, or all) and their hold-back keys, by name."""
+        if name is None:
+            ops = [_range(self._root, prefix_end(self._root))]
+        else:
+            prefix = self._prefix(name)
+            ops = [_range(prefix, prefix_end(prefix)), get_op(self._held_key(name))]
         queues: dict[str, list[JSON]] = {}
-        for kv in answer.get("kvs", []):
-            queues.setdefault(self._name_of(unb64(kv["key"])), []).append(kv)
+        helds: dict[str, JSON] = {}
+        for found in _ranges(await self._txn([], ops, [])):
+            for kv in found.get("kvs", []):
+                rest = unb64(kv["key"])[len(self._root) :]
+                lock = self._name_of(unb64(kv["key"]))
+                if b"/" in rest:
+                    queues.setdefault(lock, []).append(kv)
+                else:
+                    helds[lock] = kv
+        return queues, helds
+
+    async def locks(self, name: str | None = None) -> list[LockInfo]:
+        queues, helds = await self._read_locks(name)
         found: dict[str, LockInfo] = {}
         failed: list[StoreUnavailable] = []
 
         async def one(lock: str, kvs: list[JSON]) -> None:
+            owner = min(kvs, key=_created)
+            held = helds.get(lock)
+            if held is not None and _held_token(held) != _created(owner):
+                return  # held back: the first in line is not granted yet
             try:
-                found[lock] = await self._info(lock, min(kvs, key=_created), len(kvs), True)
+                found[lock] = await self._info(lock, owner, len(kvs), True)
             except StoreUnavailable as exc:
                 failed.append(exc)
 
@@ -713,6 +907,17 @@ class EtcdStore(Store):
         if failed:
             raise failed[0]
         return [found[lock] for lock in sorted(found)]
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        queues, helds = await self._read_locks(name)
+        found: list[HeldBack] = []
+        for lock, held in sorted(helds.items()):
+            token = _held_token(held)
+            kvs = queues.get(lock)
+            if kvs and _created(min(kvs, key=_created)) == token:
+                continue  # its grant still holds
+            found.append(HeldBack(lock, token, await self._free_in(held)))
+        return found
 
     # -- leader election -----------------------------------------------------------------
 
