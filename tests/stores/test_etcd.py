@@ -585,3 +585,37 @@ async def test_closing_a_watch_ends_a_waiting_next(etcd_store_url: str) -> None:
     finally:
         await watch.aclose()
         await store.aclose()
+
+
+async def test_the_hold_back_key_lives_on_its_own_lease_beside_the_queue(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    """Lock-delay on etcd: the grant puts ``<ns>/locks/<name>`` (in no queue's range) on the
+    hold-back lease, whose TTL is the session's plus the delay; a release deletes it; once the
+    session lease has expired, closing the session leaves it to its own lease."""
+    store = EtcdStore.from_url(etcd_store_url)
+    member = etcd_cluster.members[0]
+    ns = namespace(etcd_store_url)
+    try:
+        session = await store.open_session(1, OWNER, 2.0)
+        assert isinstance(session, EtcdSession) and session.hold
+        ttl = member.request("/v3/lease/timetolive", {"ID": str(session.hold)})
+        assert ttl["grantedTTL"] == "3"  # 1 s + 2 s, whole seconds
+        first = await store.attempt(session, "h", None, enqueue=True)
+        assert isinstance(first, Grant)
+        assert [k for k, _ in keys_under(member, f"{ns}/locks/")] == [
+            f"{ns}/locks/h",
+            f"{ns}/locks/h/{session.id:016x}",
+        ]
+        await store.release(session, "h", first.token)
+        assert keys_under(member, f"{ns}/locks/") == []
+        second = await store.attempt(session, "h", None, enqueue=False)
+        assert isinstance(second, Grant)
+        with anyio.fail_after(5):  # no keep-alive: the session lease expires, not the other
+            while await store.locks("h"):
+                await anyio.sleep(0.05)
+        await store.close_session(session)  # too late to be a clean end
+        [held] = await store.held_back("h")
+        assert held.token == second.token and 0 < held.free_in <= 2.5
+    finally:
+        await store.aclose()
