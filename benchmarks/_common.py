@@ -3,7 +3,8 @@
 Statistics (nearest-rank percentiles, Jain's index), the worker side of the line protocol
 (``emit``, ``read_command``, ``die_with_parent``), the parent side (``Child``, ``children``),
 timing loops for one uncontended acquire+release cycle, the analysis of a contention run from
-shared-monotonic stamps, /proc readings, and plain-text tables.
+shared-monotonic stamps, one fail-over trial (SIGKILL the holder, time the waiter's grant), /proc
+readings, and plain-text tables.
 """
 
 from __future__ import annotations
@@ -407,6 +408,30 @@ def analyse_contention(
     }
 
 
+def failover_trial(
+    script: str | Path, config: dict[str, Any], workdir: Path, env: Mapping[str, str] | None = None
+) -> dict[str, float]:
+    """One fail-over: a ``failover`` worker of ``script`` holds (and says ``held <stamp>``), a
+    second one asks (``asking``); 1 s later the holder gets SIGKILL. Seconds from the kill to the
+    waiter's grant (negative: granted before the kill, a violation)."""
+    with children() as kids:
+        holder = Child(script, "failover", {**config, "role": "holder"}, workdir / "h.log", env)
+        kids.append(holder)
+        said = holder.expect(timeout=90)
+        if not said.startswith("held "):
+            raise BenchError(f"holder said {said!r}")
+        held = float(said.split()[1])
+        waiter = Child(script, "failover", {**config, "role": "waiter"}, workdir / "w.log", env)
+        kids.append(waiter)
+        if waiter.expect(timeout=90) != "asking":
+            raise BenchError("waiter did not start")
+        time.sleep(1.0)  # let the waiter settle into waiting
+        killed = time.monotonic()
+        os.kill(holder.pid, signal.SIGKILL)
+        got = float(waiter.result(timeout=90)["got"])
+    return {"held_for_s": killed - held, "failover_s": got - killed}
+
+
 # -- output ---------------------------------------------------------------------------------------
 
 
@@ -437,3 +462,33 @@ def verdict(ok: bool) -> str:
 def median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     ordered = sorted(rounds, key=lambda r: r["cycles_per_s"])
     return ordered[(len(ordered) - 1) // 2]
+
+
+def report_failover(results: list[dict[str, Any]]) -> str:
+    """The fail-over table. A result with ``lock_delay_s`` (tenure's rows) gets a target: every
+    trial within TTL + lock_delay + TTL/3 (the store frees the name one TTL after the last
+    renewal, at most TTL/3 ago, then holds it back for lock_delay)."""
+    rows = []
+    for r in results:
+        times = [t["failover_s"] for t in r["trials"]]
+        delay = r.get("lock_delay_s")
+        target = "-"
+        if delay is not None:
+            bound = r["ttl_s"] * 4 / 3 + delay
+            target = f"<= {bound:.2f} {verdict(max(times) <= bound)}"
+        rows.append(
+            [
+                r["variant"],
+                f(delay, 1),
+                str(len(times)),
+                f(min(times), 2),
+                f(statistics.median(times), 2),
+                f(max(times), 2),
+                f(statistics.median(times) / r["ttl_s"], 2),
+                str(sum(t < 0 for t in times)),
+                target,
+                " ".join(f"{t:.2f}" for t in times),
+            ]
+        )
+    headers = ["variant", "lock-delay s", "trials", "min s", "median s", "max s", "median / TTL"]
+    return table([*headers, "granted before the kill", "target (max)", "each trial s"], rows)

@@ -7,11 +7,13 @@ Run from the repository root:
     .venv/bin/python benchmarks/bench_sqlite.py --quick    # smoke run, ~30 s
     .venv/bin/python benchmarks/bench_sqlite.py --json out.json
 
-Three parts, each variant side by side (see benchmarks/README.md for what every row means):
+Four parts, each variant side by side (see benchmarks/README.md for what every row means):
 
 1. uncontended acquire+release cycle in one process;
 2. N processes contending for one lock, each holding it for a fixed short time;
-3. CPU used by waiters blocked behind a long holder.
+3. CPU used by waiters blocked behind a long holder;
+4. fail-over: SIGKILL the holder, time until the waiter is granted the lock (TTL 2 s), with the
+   default lock-delay (one TTL) and with ``lock_delay=0``.
 
 Every measured process is a fresh subprocess of this script (``--worker KIND``), never a fork:
 tenure's sync client runs an event-loop thread, and forking after threads is unsafe. Children get
@@ -48,16 +50,20 @@ from _common import (
     die_with_parent,
     emit,
     f,
+    failover_trial,
     median_round,
     proc_usage,
     progress,
     read_command,
+    report_failover,
     table,
     verdict,
 )
 
 LOCK_NAME = "bench"
 TTL = 30.0
+FAILOVER_TTL = 2.0
+FAILOVER_DELAYS = {"tenure-sync": None, "tenure-sync-nodelay": 0.0}  # None: the default
 
 CYCLE_VARIANTS = [
     "tenure-sync",
@@ -306,10 +312,28 @@ def worker_idle(cfg: dict[str, Any]) -> dict[str, Any]:
         lock.close()
 
 
+def worker_failover(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``holder``: take the lock and wait for SIGKILL; ``waiter``: say when it got the lock."""
+    import tenure
+
+    url = f"sqlite:///{Path(cfg['dir']) / 'tenure.db'}"
+    with tenure.connect(url, lock_delay=cfg["lock_delay"]) as client:
+        if cfg["role"] == "waiter":
+            emit("asking")
+        lease = client.acquire(LOCK_NAME, ttl=FAILOVER_TTL)
+        got = time.monotonic()
+        if cfg["role"] == "holder":
+            emit(f"held {got!r}")
+            time.sleep(3600)  # until SIGKILL
+        lease.release()
+    return {"got": got}
+
+
 WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "cycle": worker_cycle,
     "contend": worker_contend,
     "idle": worker_idle,
+    "failover": worker_failover,
 }
 
 
@@ -439,6 +463,20 @@ class Bench:
             "drain_s": max(g["got"] for g in got) - released,
             "timeouts": sum(int(g.get("timeouts", 0)) for g in got),
         }
+
+    # part 4 ------------------------------------------------------------------------------------
+
+    def failover(self, variant: str, trials: int) -> dict[str, Any]:
+        import tenure
+
+        asked = FAILOVER_DELAYS[variant]
+        delay = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
+        times = []
+        for _ in range(trials):
+            workdir = self.fresh_dir(f"failover-{variant}")
+            config = {"variant": variant, "dir": str(workdir), "lock_delay": asked}
+            times.append(failover_trial(__file__, config, workdir))
+        return {"variant": variant, "ttl_s": FAILOVER_TTL, "lock_delay_s": delay, "trials": times}
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -598,7 +636,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--hold-ms", type=float, default=2.0, help="hold time under contention")
     p.add_argument("--contend-seconds", type=float, help="per variant (default 10, quick 3)")
     p.add_argument("--idle-seconds", type=float, help="idle-waiter window (default 5, quick 2)")
-    p.add_argument("--skip", action="append", default=[], choices=["cycles", "contend", "idle"])
+    p.add_argument("--failover-trials", type=int, help="per variant (default 3, quick 1)")
+    p.add_argument(
+        "--skip", action="append", default=[], choices=["cycles", "contend", "idle", "failover"]
+    )
     p.add_argument("--worker", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -677,6 +718,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 " portalocker waiters use timeout = window + 60 s, default check_interval"
             )
             out["idle"] = idle
+        if "failover" not in args.skip:
+            print(
+                f"\n== 4. fail-over: SIGKILL the holder (TTL {FAILOVER_TTL:g} s), time to the "
+                "waiter's grant; tenure-sync: the default lock-delay, -nodelay: lock_delay=0 =="
+            )
+            trials = args.failover_trials or (1 if quick else 3)
+            overs = [bench.failover(variant, trials) for variant in FAILOVER_DELAYS]
+            print(report_failover(overs))
+            out["failover"] = overs
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["elapsed_s"] = time.monotonic() - began

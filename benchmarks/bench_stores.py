@@ -18,7 +18,8 @@ benchmarks/README.md for what every row means):
    protocol needs, on the same client library;
 2. N processes contending for one lock, each holding it for a fixed short time, with the store
    server's CPU over the run;
-3. fail-over: SIGKILL the holder, time until the next holder is granted the lock (TTL 2 s).
+3. fail-over: SIGKILL the holder, time until the next holder is granted the lock (TTL 2 s);
+   tenure twice: with its default lock-delay (one TTL) and with ``lock_delay=0``.
 
 A comparison library that is not installed, or fails to import, gets a row saying so. Every
 measured process is a fresh subprocess of this script (``--worker KIND``), with PR_SET_PDEATHSIG,
@@ -34,7 +35,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -58,10 +58,12 @@ from _common import (
     die_with_parent,
     emit,
     f,
+    failover_trial,
     group_cpu_s,
     median_round,
     progress,
     read_command,
+    report_failover,
     table,
     verdict,
 )
@@ -114,11 +116,14 @@ CONTEND_VARIANTS = {
     "zookeeper": ["tenure-sync", "tenure-async", "kazoo-lock", "tooz-zookeeper"],
     "redis": ["tenure-sync", "tenure-async", *REDIS_PEERS],
 }
+# tenure-sync keeps the default lock-delay (one TTL): after a crash nobody gets the name for
+# lock_delay more seconds, by design; tenure-sync-nodelay (lock_delay=0) is the bare fail-over.
+TENURE_FAILOVER = ["tenure-sync", "tenure-sync-nodelay"]
 FAILOVER_VARIANTS = {
-    "etcd": ["tenure-sync", "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
-    "postgres": ["tenure-sync", "tooz-postgresql"],
-    "zookeeper": ["tenure-sync", "kazoo-lock", "tooz-zookeeper"],
-    "redis": ["tenure-sync", *REDIS_PEERS],
+    "etcd": [*TENURE_FAILOVER, "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
+    "postgres": [*TENURE_FAILOVER, "tooz-postgresql"],
+    "zookeeper": [*TENURE_FAILOVER, "kazoo-lock", "tooz-zookeeper"],
+    "redis": [*TENURE_FAILOVER, *REDIS_PEERS],
 }
 ASYNC_VARIANTS = {"tenure-async", "aetcd", "etcd-floor", "pg-floor", "redis-floor"}
 PEER_MODULES = {
@@ -216,7 +221,7 @@ class TenureSync:
 
         self.timeouts = 0
         self._ttl = float(cfg["ttl"])
-        self._client = tenure.connect(cfg["url"])
+        self._client = tenure.connect(cfg["url"], lock_delay=cfg.get("lock_delay"))
         self._lease: tenure.Lease | None = None
 
     def acquire(self) -> None:
@@ -324,7 +329,7 @@ class Etcd3Lock:
 
 
 def make_sync_lock(variant: str, cfg: dict[str, Any]) -> SyncLock:
-    if variant == "tenure-sync":
+    if variant in TENURE_FAILOVER:
         return TenureSync(cfg)
     if variant == "etcd3gw":
         return Etcd3gwLock(cfg)
@@ -925,28 +930,19 @@ class Bench:
 
     def failover(self, variant: str) -> dict[str, Any]:
         trials: list[dict[str, float]] = []
+        delay: dict[str, Any] = {}
+        if variant in TENURE_FAILOVER:
+            import tenure
+
+            asked = 0.0 if variant == "tenure-sync-nodelay" else None  # None: the default
+            delay = {"lock_delay": asked}
+            delay["lock_delay_s"] = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
         for _ in range(self.s.failover_trials):
             workdir = self.log(f"failover-{variant}")
-            config = self.server.config(variant, ttl=FAILOVER_TTL, heart=True)
-            env = self.env(variant)
-            with children() as kids:
-                holder = child("failover", {**config, "role": "holder"}, workdir / "h.log", env)
-                kids.append(holder)
-                said = holder.expect(timeout=90)
-                if not said.startswith("held "):
-                    raise BenchError(f"holder said {said!r}")
-                held = float(said.split()[1])
-                waiter = child("failover", {**config, "role": "waiter"}, workdir / "w.log", env)
-                kids.append(waiter)
-                if waiter.expect(timeout=90) != "asking":
-                    raise BenchError("waiter did not start")
-                time.sleep(1.0)  # let the waiter settle into waiting
-                killed = time.monotonic()
-                os.kill(holder.pid, signal.SIGKILL)
-                got = float(waiter.result(timeout=60)["got"])
-            trials.append({"held_for_s": killed - held, "failover_s": got - killed})
+            config = self.server.config(variant, ttl=FAILOVER_TTL, heart=True, **delay)
+            trials.append(failover_trial(__file__, config, workdir, self.env(variant)))
             self.server.clean()
-        return {"variant": variant, "ttl_s": FAILOVER_TTL, "trials": trials}
+        return {"variant": variant, "ttl_s": FAILOVER_TTL, "trials": trials, **delay}
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -1091,26 +1087,6 @@ def report_contention(store: str, results: list[dict[str, Any]], s: Settings) ->
     return "\n".join(lines)
 
 
-def report_failover(results: list[dict[str, Any]]) -> str:
-    rows = []
-    for r in results:
-        times = [t["failover_s"] for t in r["trials"]]
-        rows.append(
-            [
-                r["variant"],
-                str(len(times)),
-                f(min(times), 2),
-                f(statistics.median(times), 2),
-                f(max(times), 2),
-                f(statistics.median(times) / r["ttl_s"], 2),
-                str(sum(t < 0 for t in times)),
-                " ".join(f"{t:.2f}" for t in times),
-            ]
-        )
-    headers = ["variant", "trials", "min s", "median s", "max s", "median / TTL"]
-    return table([*headers, "granted before the kill", "each trial s"], rows)
-
-
 def skipped(
     variants: Sequence[str], peers: dict[str, Peer], failed: dict[str, str] | None = None
 ) -> str:
@@ -1205,6 +1181,10 @@ def bench_store(store: str, settings: Settings, peers: dict[str, Peer], skip: li
                         continue
                     progress(f"{store} fail-over {variant} done")
             print(report_failover(overs))
+            print(
+                "  tenure-sync: tenure.connect(url), the default lock-delay (one TTL); "
+                "tenure-sync-nodelay: tenure.connect(url, lock_delay=0)"
+            )
             print(skipped(FAILOVER_VARIANTS[store], peers, broken))
             out["failover"] = overs
             out["failover_failed"] = broken
