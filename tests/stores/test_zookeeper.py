@@ -4,6 +4,7 @@ a hold survives the ensemble's leader dying."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import anyio
@@ -176,3 +177,40 @@ async def test_a_hold_survives_the_ensemble_leader_dying(
                 assert again.token > lease.token
     finally:
         await anyio.to_thread.run_sync(zookeeper_ensemble.healthy)
+
+
+async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_release(
+    zookeeper_store_url: str,
+) -> None:
+    """Lock-delay on ZooKeeper: a persistent marker beside the lock's parent, made with the
+    grant and deleted with the release (also by closing the session); one left by an expired
+    session is stamped by the first reader that sees it, and counts from then."""
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    reader = await store._connected_reader()
+    marker = store._marker("m")
+    try:
+        session = await store.open_session(5, OWNER, 2.0)
+        first = await store.attempt(session, "m", None, False)
+        assert isinstance(first, Grant)
+        data, _ = await _result(reader.get_async(marker))
+        assert json.loads(data) == {"token": first.token, "lock_delay": 2.0}
+        assert [info.name for info in await store.locks()] == ["m"]
+        await store.release(session, "m", first.token)
+        assert await _result(reader.exists_async(marker)) is None
+        assert isinstance(await store.attempt(session, "m", None, False), Grant)
+        await store.close_session(session)
+        assert await _result(reader.exists_async(marker)) is None
+        dead = await store.open_session(1, OWNER, 2.0)
+        granted = await store.attempt(dead, "m", None, False)
+        assert isinstance(granted, Grant)
+        with anyio.fail_after(5):  # never kept alive: the ensemble expires it
+            while await store.locks("m"):
+                await anyio.sleep(0.05)
+        [held] = await store.held_back()
+        assert (held.name, held.token) == ("m", granted.token) and 1.8 < held.free_in <= 2.0
+        data, _ = await _result(reader.get_async(marker))
+        assert json.loads(data)["noticed"] is True
+        await store.close_session(dead)
+    finally:
+        await store.aclose()

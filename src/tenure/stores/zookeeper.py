@@ -33,6 +33,21 @@ async core on its own loop thread) work unchanged.
   arrival order (sequence order).
 - **Release** deletes the own node by its path, which embeds the attempt's unique prefix and
   sequence: it can only be this session's node with this token.
+- **Lock-delay** (rule 8). Ephemeral nodes vanish when the ensemble expires the session, but
+  ZooKeeper has no timer precise enough to hold a name back after that (TTL nodes are reaped
+  by a 60 s container sweep), so the delay is measured on the servers' clock by tenure's own
+  grant path. A grant of a session with a delay puts a persistent *marker*
+  ``<chroot>/locks/<encoded name>%held`` (beside the lock's parent, outside its queue), with
+  the grant's token and lock-delay, in a multi checking its own node; a release deletes node
+  and marker in one multi (``close_session`` releases each first). The first in line that finds
+  a marker of another grant (its node gone without a release) stamps it (a versioned
+  ``setData``: its mtime is the leader's clock), and is granted only once the server's time
+  (the mtime of a write to ``<chroot>/locks``) is ``lock_delay`` past that stamp, in a multi
+  checking its own node and the marker's version (which replaces the marker, or deletes it
+  for a session with no delay). So the delay counts from when a reader (a waiter, or
+  ``held_back``) first saw the end: later than the end, never earlier; and it holds only on
+  tenure's grant path (ZooKeeper has no write conditional on time). Meanwhile the first in line
+  watches the marker and retries when the delay is up; the others wait for their predecessor.
 - **expires_in** of a holder: ZooKeeper does not tell a session's time left, so it is the
   holder's session timeout (in its node's data): an upper bound, exact right after a renewal.
 - **Leader election.** ``proclaim`` rewrites the holder node's data (owner and value) by its own
@@ -100,7 +115,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -117,6 +132,7 @@ from ._spi import (
     Capabilities,
     Change,
     Grant,
+    HeldBack,
     LockInfo,
     Owner,
     Record,
@@ -133,6 +149,10 @@ DEFAULT_PORT = 2181
 DEFAULT_CHROOT = "/tenure"
 _CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
 _SEQUENCE = re.compile(r"-(\d{10})$")
+_MARK = "%held"
+_RETRY = 0.05
+"""Seconds before attempting again after a marker changed under an attempt."""
+"""Suffix of a lock's hold-back marker beside its parent (``%he`` is never a percent-escape)."""
 
 
 class _Scrub(logging.Filter):
@@ -376,6 +396,32 @@ def _value(log: list[tuple[int, LockInfo]], token: int) -> str | None:
     return next((info.value for _, info in reversed(log) if info.token == token), None)
 
 
+@dataclass(frozen=True)
+class _Mark:
+    """A lock's hold-back marker: which grant it stands for, that grant's lock-delay, and
+    whether a reader has seen the grant's node gone (the marker's mtime then says when)."""
+
+    token: int
+    lock_delay: float
+    noticed: bool = False
+
+    @classmethod
+    def parse(cls, data: bytes | None) -> _Mark:
+        try:
+            fields = json.loads(data or b"")
+            return cls(
+                int(fields["token"]), float(fields["lock_delay"]), bool(fields.get("noticed"))
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls(0, 0.0)  # not tenure's: holds nothing back
+
+    def data(self) -> bytes:
+        fields: dict[str, object] = {"token": self.token, "lock_delay": self.lock_delay}
+        if self.noticed:
+            fields["noticed"] = True
+        return json.dumps(fields).encode()
+
+
 def _digest(options: ConnectOptions) -> ConnectOptions:
     """A digest identity is ``user:password``: a user name with ':' could never match."""
     if options.username is not None and ":" in options.username:
@@ -400,6 +446,9 @@ class ZooKeeperSession(Session):
     doubt: set[tuple[str, str]] = field(default_factory=set)
     """(parent, prefix) of creates whose answer was lost: deleted at the next keep-alive."""
     closed: bool = False
+    lock_delay: float = 0.0
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(name, token) → data version of the hold-back marker this session's grant put."""
 
     @property
     def gone(self) -> bool:
@@ -462,7 +511,9 @@ class ZooKeeperStore(Store):
         notes=(
             "token = the holder node's czxid (committed by the quorum); session = one ZooKeeper"
             " session (timeout = TTL, refused if the server grants less); waiters watch their"
-            " predecessor; expires_in is an upper bound (the session timeout)"
+            " predecessor; expires_in is an upper bound (the session timeout); lock-delay is"
+            " measured by the servers' clock from when a waiter first saw the holder gone"
+            " (later than the end, never earlier), enforced by tenure's own grant path"
         ),
     )
 
@@ -536,6 +587,11 @@ class ZooKeeperStore(Store):
 
     def _parent(self, name: str) -> str:
         return f"{self._root}/{_encode(name)}"
+
+    def _marker(self, name: str) -> str:
+        """The hold-back marker of ``name``: beside its parent, not in it (the queue and its
+        watches never see it)."""
+        return f"{self._root}/{_encode(name)}{_MARK}"
 
     def _unavailable(self, what: object) -> StoreUnavailable:
         return StoreUnavailable(f"zookeeper at {', '.join(self.hosts)}: {what}")
@@ -736,7 +792,7 @@ class ZooKeeperStore(Store):
 
     # -- sessions --------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner) -> Session:
+    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
         retry = {"delay": 0.02, "backoff": 1.5, "max_delay": max(0.05, min(1.0, ttl / 4))}
         client = self._client(ttl, retry, _connection_classes()[1])
         connection = client._connection
@@ -770,7 +826,13 @@ class ZooKeeperStore(Store):
             "ttl": granted,
         }
         return ZooKeeperSession(
-            ttl, client, connection, client.client_id[0], secrets.token_hex(8), fields
+            ttl,
+            client,
+            connection,
+            client.client_id[0],
+            secrets.token_hex(8),
+            fields,
+            lock_delay=lock_delay,
         )
 
     async def keep_alive(self, session: Session) -> bool:
@@ -806,11 +868,16 @@ class ZooKeeperStore(Store):
         assert isinstance(session, ZooKeeperSession)
         if session.closed:
             return
+        # A clean end frees the names at once: the hold-back markers (persistent) go first.
+        for name, token in list(session.marks):
+            with contextlib.suppress(StoreUnavailable):
+                await self.release(session, name, token)
         session.closed = True
         # Closing the ZooKeeper session deletes every node it holds or queues with.
         await anyio.to_thread.run_sync(_stop, session.client)
         session.held.clear()
         session.doubt.clear()
+        session.marks.clear()
 
     # -- locks -----------------------------------------------------------------------------
 
@@ -897,28 +964,112 @@ class ZooKeeperStore(Store):
             own = path.rsplit("/", 1)[1]
             if own not in queue:  # never expected: the listing followed the create
                 queue = _queue([*children, own])
-            if queue[0] == own:
-                # The token is the czxid the create answered: no further round trip. The
-                # listing (sent after the create, or after the wake-up) shows the node first.
-                session.held[(name, czxid)] = path
-                return Grant(token=czxid, renewed_session=False)
             waiting = ticket is not None or enqueue
-            holder = await self._holder(name, parent, queue)
+            left: float | None = None
+            if queue[0] == own:
+                # The token is the czxid the create answered. The listing (sent after the
+                # create, or after the wake-up) shows the node first: granted unless held back.
+                left = await self._claim(session, name, path, czxid)
+                if left <= 0:
+                    session.held[(name, czxid)] = path
+                    return Grant(token=czxid, renewed_session=False)
+                holder = None  # held back: woken if the marker changes, else at ``retry_in``
+                predecessor = self._marker(name)
+            else:
+                holder = await self._holder(name, parent, queue)
+                predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
             if not waiting:
                 await self._delete(session, path)
-                return Busy(holder=holder, ticket=None)
-            predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
+                return Busy(holder=holder, ticket=None, retry_in=left)
             if ticket is None:
                 ticket = ZooKeeperTicket(session, name, path, czxid)
-            return Busy(holder=holder, ticket=ticket, extra={"predecessor": predecessor})
+            return Busy(
+                holder=holder, ticket=ticket, retry_in=left, extra={"predecessor": predecessor}
+            )
         except _Gone:
             raise LeaseLost("the ZooKeeper session is gone") from None
 
+    async def _claim(self, session: ZooKeeperSession, name: str, path: str, czxid: int) -> float:
+        """0 if the session, first in line with its node ``path`` (created at ``czxid``), is
+        granted ``name`` now: its own marker put if it has a lock-delay, a spent one taken
+        away. Else the seconds another grant's marker still holds the name back."""
+        k = _kazoo()
+        client = session.client
+        marker = self._marker(name)
+
+        async def call(request: Callable[[KazooClient], IAsyncResult]) -> Any:
+            return await self._settled(session, lambda: request(client))
+
+        ours = _Mark(czxid, session.lock_delay).data()
+        for _ in range(3):
+            try:
+                data, stat = await call(lambda c: c.get_async(marker))
+                mark: _Mark | None = _Mark.parse(data)
+            except k.exceptions.NoNodeError:
+                stat = mark = None
+            if mark is not None and mark.token == czxid:
+                session.marks[(name, czxid)] = int(stat.version)  # put by our own multi
+                return 0.0
+            if mark is not None:
+                left = await self._left(call, marker, mark, stat)
+                if left > 0:
+                    return left
+            elif not session.lock_delay:
+                return 0.0  # nothing to put; only the first in line (this one) puts markers
+
+            def multi(stat: Any = stat) -> IAsyncResult:
+                # Only while the own node exists, over the marker as read (or its absence).
+                txn = client.transaction()
+                txn.check(path, -1)
+                if stat is None:
+                    txn.create(marker, ours)
+                elif session.lock_delay:
+                    txn.set_data(marker, ours, stat.version)
+                else:
+                    txn.delete(marker, stat.version)
+                return txn.commit_async()
+
+            results = await self._settled(session, multi)
+            if not any(isinstance(r, k.exceptions.KazooException) for r in results):
+                if session.lock_delay:
+                    session.marks[(name, czxid)] = 0 if stat is None else int(stat.version) + 1
+                return 0.0
+            if isinstance(results[0], k.exceptions.NoNodeError):
+                break  # the own node is gone: the next attempt queues again (or finds it gone)
+            # The marker changed meanwhile (or this multi applied, its answer lost): read again.
+        return _RETRY
+
+    async def _left(
+        self,
+        call: Callable[[Callable[[KazooClient], IAsyncResult]], Awaitable[Any]],
+        marker: str,
+        mark: _Mark,
+        stat: Any,
+    ) -> float:
+        """Seconds ``mark`` (read at ``stat``; its grant's node seen gone) still holds its name
+        back, by the servers' clock: counted from the first reader that saw the node gone,
+        which stamps the marker (a write: its mtime is the leader's clock then). The time now
+        is the mtime of a write too (``<chroot>/locks``, whose data nobody reads)."""
+        k = _kazoo()
+        if mark.lock_delay <= 0:
+            return 0.0  # not a marker of tenure's
+        try:
+            if not mark.noticed:
+                noticed = replace(mark, noticed=True).data()
+                await call(lambda c: c.set_async(marker, noticed, stat.version))
+                return mark.lock_delay
+            now = await call(lambda c: c.set_async(self._root, b""))
+        except (k.exceptions.BadVersionError, k.exceptions.NoNodeError):
+            return _RETRY  # changed meanwhile: read it again
+        return (int(stat.mtime) + mark.lock_delay * 1000 - int(now.mtime)) / 1000
+
     async def _holder(self, name: str, parent: str, queue: list[str]) -> LockInfo | None:
-        """The holder of ``queue`` (the first node still there), with its proclaimed value."""
+        """The holder of ``queue`` (the first node still there), with its proclaimed value;
+        None if the name is held back (the marker stands for another grant)."""
         k = _kazoo()
         client = await self._connected_reader()
         proclaimed = client.get_async(parent)  # sent with the first holder read: one round trip
+        marked = client.get_async(f"{parent}{_MARK}")
         for child in queue:
             try:
                 data, stat = await self._answer(client.get_async(f"{parent}/{child}"))
@@ -928,6 +1079,12 @@ class ZooKeeperStore(Store):
                 log = _log((await self._answer(proclaimed))[0])
             except k.exceptions.NoNodeError:
                 log = []
+            try:
+                mark = _Mark.parse((await self._answer(marked))[0])
+                if mark.lock_delay > 0 and mark.token != int(stat.czxid):
+                    return None  # held back: the first in line is not granted yet
+            except k.exceptions.NoNodeError:
+                pass
             return replace(_info(name, data, stat, len(queue)), value=_value(log, stat.czxid))
         return None
 
@@ -973,9 +1130,42 @@ class ZooKeeperStore(Store):
         path = session.held.get((name, token))
         if path is None:
             return  # never granted to this session (or released already)
-        with contextlib.suppress(_Gone):  # gone: its nodes went with it
-            await self._delete(session, path)
+        version = session.marks.get((name, token))
+        with contextlib.suppress(_Gone):  # gone: its nodes went with it, its marker stays
+            if version is None:
+                await self._delete(session, path)
+            else:
+                await self._release_marked(session, name, path, token, version)
         del session.held[(name, token)]
+        session.marks.pop((name, token), None)
+
+    async def _release_marked(
+        self, session: ZooKeeperSession, name: str, path: str, token: int, version: int
+    ) -> None:
+        """Delete the own node and its marker in one multi: a clean release frees the name."""
+        k = _kazoo()
+        client = session.client
+        marker = self._marker(name)
+
+        def multi() -> IAsyncResult:
+            txn = client.transaction()
+            txn.delete(path, -1)
+            txn.delete(marker, version)
+            return txn.commit_async()
+
+        results = await self._settled(session, multi)
+        if not any(isinstance(r, k.exceptions.KazooException) for r in results):
+            return
+        # The node was gone (deleted by hand, or this multi applied, its answer lost): a marker
+        # of this grant left now stands for nothing.
+        await self._delete(session, path)
+        try:
+            data, stat = await self._settled(session, lambda: client.get_async(marker))
+        except k.exceptions.NoNodeError:
+            return
+        if _Mark.parse(data).token == token:
+            with contextlib.suppress(k.exceptions.NoNodeError, k.exceptions.BadVersionError):
+                await self._settled(session, lambda: client.delete_async(marker, stat.version))
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         k = _kazoo()
@@ -1002,6 +1192,46 @@ class ZooKeeperStore(Store):
             info = await self._holder(unquote(enc), f"{self._root}/{enc}", queue)
             if info is not None:
                 found.append(info)
+        return found
+
+    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+        k = _kazoo()
+        if name is None:
+            try:
+                children = await self._read(lambda c: c.get_children_async(self._root))
+            except k.exceptions.NoNodeError:
+                return []
+            encoded = sorted(c[: -len(_MARK)] for c in children if c.endswith(_MARK))
+        else:
+            encoded = [_encode(name)]
+        client = await self._connected_reader()
+        # Each marker is read before its queue: a queue without the marker's grant means that
+        # grant's node was gone after the marker was read.
+        pending = [
+            (
+                client.get_async(f"{self._root}/{e}{_MARK}"),
+                client.get_children_async(f"{self._root}/{e}"),
+            )
+            for e in encoded
+        ]
+        found: list[HeldBack] = []
+        for enc, (marked, listing) in zip(encoded, pending, strict=True):
+            try:
+                data, stat = await self._answer(marked)
+            except k.exceptions.NoNodeError:
+                continue
+            mark = _Mark.parse(data)
+            try:
+                queue = _queue(await self._answer(listing))
+            except k.exceptions.NoNodeError:
+                queue = []
+            if queue:
+                first = await self._answer(client.exists_async(f"{self._root}/{enc}/{queue[0]}"))
+                if first is not None and int(first.czxid) == mark.token:
+                    continue  # its grant still holds
+            left = await self._left(self._read, f"{self._root}/{enc}{_MARK}", mark, stat)
+            if left > 0:
+                found.append(HeldBack(unquote(enc), mark.token, left))
         return found
 
     async def _answer(self, pending: IAsyncResult) -> Any:
