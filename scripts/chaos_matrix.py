@@ -2,7 +2,11 @@
 table of results in docs/chaos.md.
 
     .venv/bin/python scripts/chaos_matrix.py [--seconds 12] [--ttl 1] [--seed 1] [--out DIR]
-        [--scenario NAME]… [--store sqlite|etcd|postgres|zookeeper|redis]…
+        [--scenario NAME]… [--store sqlite|etcd|postgres|zookeeper|redis]… [--workload run]
+
+``--workload run``: the workers are ``tenure run`` supervisors and one run per scenario and store
+gives its ``work-overlap`` findings (commands check no token: fenced or not does not apply), for
+the scenarios of `RUN_SCENARIOS` unless --scenario names others.
 
 Starts its own SQLite file, 3-member etcd cluster, PostgreSQL server, 3-server ZooKeeper
 ensemble and Redis primary with a replica (loopback, temporary directories; only the stores
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import uuid
+from argparse import Namespace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,8 +31,11 @@ from tenure.testing.chaos import (
     RedisControl,
     Report,
     Run,
+    Scenario,
     ZooKeeperControl,
 )
+from tenure.testing.chaos.checkers import work_overlaps
+from tenure.testing.chaos.history import read_work
 from tenure.testing.chaos.runner import check_applicable
 from tenure.testing.chaos.servers import ServerControl
 from tenure.testing.etcd_cluster import EtcdCluster
@@ -35,6 +43,23 @@ from tenure.testing.postgres_server import PostgresServer
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 KINDS = ("sqlite", "etcd", "postgres", "zookeeper", "redis")
+RUN_SCENARIOS = (
+    "smoke",
+    "partition",
+    "short-partition",
+    "lost-reply",
+    "clock-drift",
+    "leader-kill",
+    "group-pause",
+    "long-group-pause",
+)
+
+
+def overlap_cell(out: Path) -> str:
+    overlaps = [length for _, _, length in work_overlaps(read_work(out / "work"))]
+    if not overlaps:
+        return "0"
+    return f"**{len(overlaps)}** (longest {max(overlaps) * 1000:.0f} ms)"
 
 
 def cell(report: Report) -> str:
@@ -69,7 +94,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="chaos-matrix-")))
     parser.add_argument("--scenario", action="append", help="only these (default: all)")
     parser.add_argument("--store", action="append", choices=KINDS, help="only these")
+    parser.add_argument("--workload", choices=("counter", "run"), default="counter")
     args = parser.parse_args()
+    commands = args.workload == "run"
+    wanted = args.scenario or (RUN_SCENARIOS if commands else list(SCENARIOS))
     kinds = args.store or KINDS
     controls: dict[str, ServerControl] = {}
     if "etcd" in kinds:
@@ -80,16 +108,20 @@ def main() -> None:
         controls["zookeeper"] = ZooKeeperControl(ZooKeeperEnsemble(3), owned=True)
     if "redis" in kinds:
         controls["redis"] = RedisControl()
-    print(
-        "| scenario | store | faults (fenced run) | fenced: violations | next grant (max) |"
-        " unfenced: violations |"
-    )
-    print("|---|---|---|---|---|---|")
+    if commands:
+        print("| scenario | store | faults | work-overlap | commands (worked / started) | exits |")
+        print("|---|---|---|---|---|---|")
+    else:
+        print(
+            "| scenario | store | faults (fenced run) | fenced: violations | next grant (max) |"
+            " unfenced: violations |"
+        )
+        print("|---|---|---|---|---|---|")
     try:
         for server in controls.values():
             server.start()
         for scenario in SCENARIOS.values():
-            if args.scenario and scenario.name not in args.scenario:
+            if scenario.name not in wanted:
                 continue
             for kind in kinds:
                 control = controls.get(kind)
@@ -97,6 +129,9 @@ def main() -> None:
                 try:
                     check_applicable(scenario, urlsplit(url).scheme, control is not None)
                 except InvalidArgument:
+                    continue
+                if commands:
+                    run_commands(scenario, kind, url, control, args)
                     continue
                 reports = []
                 for fenced in (True, False):
@@ -119,6 +154,29 @@ def main() -> None:
         for server in controls.values():
             server.close()
     print(f"\nruns: {args.out}")
+
+
+def run_commands(
+    scenario: Scenario, kind: str, url: str, control: ServerControl | None, args: Namespace
+) -> None:
+    out = args.out / f"{scenario.name}-{kind}-run"
+    report = Run(
+        scenario, url, out, workers_count=args.workers,
+        ttl=args.ttl, seconds=args.seconds, seed=args.seed, workload="run", control=control,
+    ).execute()  # fmt: skip
+    if control is not None:
+        control.heal()
+    faults = ", ".join(f"{k} {n}" for k, n in report.faults.items()) or "none"
+    worked = f"{report.commands['worked']} / {report.commands['started']}"
+    exits = ", ".join(
+        f"{k.removeprefix('exit ')}: {n}"
+        for k, n in sorted(report.commands.items())
+        if k.startswith("exit")
+    )
+    print(
+        f"| {scenario.name} | {kind} | {faults} | {overlap_cell(out)} | {worked} | {exits} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

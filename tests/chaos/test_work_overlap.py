@@ -60,3 +60,17 @@ def test_a_pause_longer_than_ttl_and_lock_delay_is_reported(
     assert paused_while_working(tmp_path / "run", "long-group-pause") >= 1, report.to_text()
     assert report.violations["work-overlap"] >= 1, report.to_text()
     assert not report.passed
+
+
+def test_postgres_cut_off_holders_stop_before_the_next_works(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    """The experiment of issue 15 in the harness: the holder's links are blackholed; tenure
+    stops its command (whatever it does with SIGTERM) by its deadline, before the server can
+    grant the lock to the next supervisor."""
+    report = run(tmp_path, "partition", postgres_store_url)
+    assert report.faults.get("partition", 0) >= 1, report.to_text()
+    stopped = sum(n for k, n in report.commands.items() if k in ("exit 76", "exit 78"))
+    assert stopped >= 1, report.to_text()  # a command was stopped for its lost lease
+    assert report.violations["work-overlap"] == 0, report.to_text()
+    assert report.passed, report.to_text()

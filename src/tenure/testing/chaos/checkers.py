@@ -419,25 +419,31 @@ def work_spans(work: Iterable[WorkRecord], gap: float = WORK_GAP) -> list[WorkSp
 def check_work_overlap(work: Sequence[WorkRecord], gap: float = WORK_GAP) -> list[Finding]:
     """Every interval in which two children worked at once. A command that checks no token is
     safe only if it stopped before anyone else was granted the lock; this reads when each child
-    recorded work, not what any supervisor believed. Sweep spans by start, keeping the open ones
-    in a heap by end: each overlapping pair is met once, when the later span starts."""
-    findings: list[Finding] = []
+    recorded work, not what any supervisor believed."""
+    return [_work_finding(*overlap) for overlap in work_overlaps(work, gap)]
+
+
+def work_overlaps(
+    work: Sequence[WorkRecord], gap: float = WORK_GAP
+) -> Iterator[tuple[WorkSpan, WorkSpan, float]]:
+    """Each pair of spans of different children that overlap, with the overlap in seconds.
+    Sweep spans by start, keeping the open ones in a heap by end: each overlapping pair is met
+    once, when the later span starts."""
     active: list[tuple[float, int, WorkSpan]] = []
     for index, span in enumerate(work_spans(work, gap)):
         while active and active[0][0] < span.start:
             heapq.heappop(active)
         for _, _, other in active:
             if other.child != span.child:
-                findings.append(_work_finding(other, span, min(other.end, span.end)))
+                yield other, span, min(other.end, span.end) - span.start
         heapq.heappush(active, (span.end, index, span))
-    return findings
 
 
-def _work_finding(first: WorkSpan, second: WorkSpan, until: float) -> Finding:
+def _work_finding(first: WorkSpan, second: WorkSpan, overlap: float) -> Finding:
     return Finding(
         WORK_OVERLAP,
         f"{first.child} (token {first.token}) and {second.child} (token {second.token}) worked"
-        f" at once for {(until - second.start) * 1000:.1f} ms",
+        f" at once for {overlap * 1000:.1f} ms",
         t=second.start,
         processes=_unique(first.process, second.process),
     )

@@ -23,7 +23,15 @@ from ..._state import default_lock_delay
 from ...stores._connect import redact
 from ..proxy import ChaosProxy
 from . import checkers
-from .history import NEMESIS, Recorder, history_files, read_history, read_work, write_history
+from .history import (
+    NEMESIS,
+    LeaseWindow,
+    Recorder,
+    history_files,
+    read_history,
+    read_work,
+    write_history,
+)
 from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
 from .processes import RunWorker, Stall, WorkerProcess, tenure_command
@@ -153,7 +161,13 @@ class Run:
         )
         report = build_report(info, history, findings, checkers.violations(findings), work)
         (self.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        write_timeline(self.out / "timeline.html", info, history, findings)
+        bars = None
+        if self.workload == RUN:  # when each command worked, in its worker's lane
+            bars = [
+                LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
+                for s in checkers.work_spans(work)
+            ]
+        write_timeline(self.out / "timeline.html", info, history, findings, bars)
         return report
 
     def _clock_rate(self) -> float:

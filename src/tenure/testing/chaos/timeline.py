@@ -68,8 +68,14 @@ class _Scale:
         return LEFT + rel / self.span * (WIDTH - LEFT - RIGHT)
 
 
-def render_timeline(info: RunInfo, history: Sequence[Event], findings: Sequence[Finding]) -> str:
-    """The HTML page of one run (``history`` in time order)."""
+def render_timeline(
+    info: RunInfo,
+    history: Sequence[Event],
+    findings: Sequence[Finding],
+    bars: Sequence[LeaseWindow] | None = None,
+) -> str:
+    """The HTML page of one run (``history`` in time order). ``bars``: what to draw instead of
+    the workers' lease windows (the ``run`` workload: when each command worked)."""
     end = run_end(info, history)
     scale = _Scale(info.started, max(end - info.started, 1e-3))
     workers = worker_names(info, history)
@@ -84,7 +90,7 @@ def render_timeline(info: RunInfo, history: Sequence[Event], findings: Sequence[
         *_lanes(lanes),
         *_axis(scale, bottom),
         *_fault_marks(faults, lanes, scale, colours),
-        *_lease_bars(lease_windows(history, end), lanes, scale),
+        *_lease_bars(lease_windows(history, end) if bars is None else bars, lanes, scale),
         *_write_marks(history, lanes, scale),
         *_finding_marks(findings, lanes, scale),
         *legend,
@@ -100,9 +106,13 @@ def render_timeline(info: RunInfo, history: Sequence[Event], findings: Sequence[
 
 
 def write_timeline(
-    path: Path | str, info: RunInfo, history: Sequence[Event], findings: Sequence[Finding]
+    path: Path | str,
+    info: RunInfo,
+    history: Sequence[Event],
+    findings: Sequence[Finding],
+    bars: Sequence[LeaseWindow] | None = None,
 ) -> None:
-    Path(path).write_text(render_timeline(info, history, findings), encoding="utf-8")
+    Path(path).write_text(render_timeline(info, history, findings, bars), encoding="utf-8")
 
 
 # --- parts of the picture -----------------------------------------------------------------------
