@@ -139,6 +139,7 @@ class Child:
         self._exited = threading.Event()
         self._wake = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._lease: Watched | None = None
         self.plan: StopBy | None = None
         """The stop-by rule `watch` applies (None until then)."""
         self.forwarded: list[int] = []
@@ -158,6 +159,7 @@ class Child:
         """Stop the child by ``lease``'s deadline (see `tenure._stopby`), from a thread."""
         clock = lease.clock
         plan = self.plan = StopBy(grace, clock.now())
+        self._lease = lease
         lease.on_lost(lambda _lease: self._wake.set())
 
         def run() -> None:
@@ -187,6 +189,13 @@ class Child:
         code = self.process.wait()
         with self._lock:
             self._exited.set()
+            lease = self._lease
+            if self.plan is not None and lease is not None:
+                now = lease.clock.now()
+                if lease.loss is not None or now >= lease.stop_by:
+                    # Ended after the lease was lost (e.g. during a pause): judged like a stop,
+                    # so its end means nothing (the group is killed below either way).
+                    self.plan.step(now, lease.stop_by, lease.loss)
         self._wake.set()
         end_group(self.pid)
         return 128 - code if code < 0 else code

@@ -153,7 +153,8 @@ def test_runner_killed_mid_job(cli: Cli, policy: str, state: str, attempts: int,
 
 def test_a_paused_runner_does_not_record_its_late_end(cli: Cli) -> None:
     """A (command and all) is stopped past its TTL; B takes the slot over and records it. When
-    A resumes, its command finishes, but its end is not recorded: one completion only."""
+    A resumes past its deadline, its command is killed at once and its end is not recorded: one
+    completion only."""
     log = cli.tmp / "runs"
 
     def once(who: str, sleep: float) -> subprocess.Popen[str]:
@@ -173,9 +174,9 @@ def test_a_paused_runner_does_not_record_its_late_end(cli: Cli) -> None:
     finally:
         time.sleep(0.1)
         os.killpg(a.pid, signal.SIGCONT)
-    assert a.wait(20) == 76  # lease lost: nothing recorded
+    assert a.wait(20) == 77  # paused past the deadline: nothing recorded
     _, err = a.communicate()
-    assert "lost" in err
+    assert "paused past the deadline" in err
     slot = history(cli, cli.store, "nightly")[0]
     assert (slot["state"], slot["label"], slot["attempts"]) == ("done", "b", 2)
 

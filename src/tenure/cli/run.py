@@ -265,8 +265,6 @@ def _supervise(
         error(str(exc))
         return Outcome(exc.code, stopped=False)
     cause = child.stopped
-    if cause is None and lease.lost:  # lost in the instant the command ended
-        cause = Cause.GONE if lease.loss is tenure.Loss.GONE else Cause.RENEWALS
     if cause is None:
         return Outcome(code, stopped=False)
     if lease.lost:
