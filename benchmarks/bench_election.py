@@ -14,6 +14,10 @@ for the leader to go:
   leader notices by its own deadline and the store expires its lease later — the gap between
   the old leader stopping and the new one writing is shown (it must be positive).
 
+A leader that ends without resigning (SIGKILL, partition) leaves its name held back for the
+leader's lock-delay (rule 8; default one TTL): those two are run twice, with the default
+lock-delay and with ``lock_delay=0`` (the bare expiry). A resign frees the name at once.
+
 Side by side, on the same cluster: etcd's own election API (``/v3/election``: a campaign on a
 kept-alive lease, resign). kazoo's Election needs ZooKeeper, not a store here yet.
 
@@ -44,7 +48,8 @@ from tenure.testing.proxy import ChaosProxy
 LEADER = textwrap.dedent(
     """
     import sys, time, tenure
-    client = tenure.connect(sys.argv[1])
+    delay = None if sys.argv[3] == "default" else float(sys.argv[3])
+    client = tenure.connect(sys.argv[1], lock_delay=delay)
     lead = client.campaign("bench", "old", ttl=float(sys.argv[2]))
     lead.on_lost(lambda _: print("lost", time.monotonic(), flush=True))
     print("leading", lead.term, flush=True)
@@ -126,12 +131,20 @@ def fenced_write(resource: str, fence: str, term: int) -> float:
 
 
 def one_round(
-    url: str, leader_url: str, how: str, ttl: float, resource: str, proxies: list[Any]
+    url: str,
+    leader_url: str,
+    how: str,
+    ttl: float,
+    lock_delay: float | None,
+    resource: str,
+    proxies: list[Any],
 ) -> tuple[float, float | None]:
     """Seconds from the leader's end to the new leader's first fenced write, and the gap
-    between the old leader noticing its loss and that write (partition only)."""
+    between the old leader noticing its loss and that write (partition only). ``lock_delay``
+    is the old leader's (None: the default)."""
+    delay = "default" if lock_delay is None else str(lock_delay)
     leader = subprocess.Popen(
-        [sys.executable, "-c", LEADER, leader_url, str(ttl)],
+        [sys.executable, "-c", LEADER, leader_url, str(ttl), delay],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert leader.stdout is not None and leader.stdin is not None
@@ -175,9 +188,10 @@ def main() -> None:
     db.execute("CREATE TABLE log (term INTEGER)")
     SQLFence().ensure_table(db)
     db.close()
+    default_delay = tenure.Timing(args.ttl).lock_delay
     print(f"fail-over, TTL {args.ttl:g} s, median (min-max) of {args.rounds} rounds")
-    head = ("store", "how", "to first fenced write", "old leader stopped first by")
-    print(f"{head[0]:<12}{head[1]:<11}{head[2]:>24}{head[3]:>30}")
+    head = ("store", "how", "lock-delay", "to first fenced write", "old leader stopped first by")
+    print(f"{head[0]:<12}{head[1]:<11}{head[2]:>11}{head[3]:>24}{head[4]:>30}")
     with PostgresServer() as pg, EtcdCluster(3).start() as etcd, contextlib.ExitStack() as links:
 
         def proxied(url: str, endpoints: list[tuple[str, int]]) -> tuple[str, list[Any]]:
@@ -192,12 +206,15 @@ def main() -> None:
             ("etcd", etcd_url, *proxied(etcd_url, endpoints(etcd_url))),
             ("postgres", pg.dsn, *proxied(pg.dsn, endpoints(pg.dsn))),
         ]
+        # The old leader's lock-delay: None is the default; 0 only where it matters.
+        ways = [("resign", None), ("kill", None), ("kill", 0.0)]
+        ways += [("partition", None), ("partition", 0.0)]
         for kind, url, leader_url, link in stores:
-            for how in ("resign", "kill", "partition"):
+            for how, delay in ways:
                 if how == "partition" and not link:
                     continue
                 results = [
-                    one_round(url, leader_url or url, how, args.ttl, resource, link)
+                    one_round(url, leader_url or url, how, args.ttl, delay, resource, link)
                     for _ in range(args.rounds)
                 ]
                 times = [r[0] for r in results]
@@ -205,13 +222,14 @@ def main() -> None:
                 low, high = min(times) * 1000, max(times) * 1000
                 shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
                 gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
-                print(f"{kind:<12}{how:<11}{shown:>24}{gap:>30}", flush=True)
+                held = f"{default_delay if delay is None else delay:g} s"
+                print(f"{kind:<12}{how:<11}{held:>11}{shown:>24}{gap:>30}", flush=True)
         base = "http://" + etcd.endpoints[0]
         for how in ("resign", "kill"):
             times = [native_round(base, how, args.ttl, resource) for _ in range(args.rounds)]
             low, high = min(times) * 1000, max(times) * 1000
             shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
-            print(f"{'etcd-native':<12}{how:<11}{shown:>24}{'never told':>30}", flush=True)
+            print(f"{'etcd-native':<12}{how:<11}{'-':>11}{shown:>24}{'never told':>30}", flush=True)
 
 
 if __name__ == "__main__":
