@@ -21,7 +21,10 @@ def test_demo_tells_both_stories(cli: Cli) -> None:
     fenced, unfenced = out.split("Without fencing")
     # With fencing: A has token N, B N+1, A's late write is refused, B's write stays.
     token_a = int(re.search(r"A takes lock 'demo' \(ttl 1s\): token (\d+)", fenced)[1])  # type: ignore[index]
-    assert f"B takes lock 'demo' once A's lease has expired: token {token_a + 1}" in fenced
+    assert (
+        f"once A's lease has expired and its lock-delay (1s) has passed: token {token_a + 1}"
+        in (fenced)
+    )
     assert re.search(rf"A wakes up .* with token {token_a}: REFUSED", fenced)
     assert "stale fencing token" in fenced
     assert (

@@ -217,7 +217,10 @@ def story(say: Narrator, folder: Path, store: str, fenced: bool) -> None:
         say.say("A is stopped; its lease runs out at the store while it sleeps")
         b.go()
         token_b = b.expect("acquired")["token"]
-        say.say(f"B takes lock {LOCK!r} once A's lease has expired: token {token_b}")
+        say.say(
+            f"B takes lock {LOCK!r} once A's lease has expired and its lock-delay "
+            f"({TTL:g}s) has passed: token {token_b}"
+        )
         wrote = b.expect("wrote")
         say.say(f"B writes {wrote['text']!r} with token {token_b}: accepted")
         b.expect("released")
@@ -266,8 +269,8 @@ def demo() -> int:
         narrator.title("Without fencing (the same story, plain writes):")
         story(narrator, folder, store, fenced=False)
         click.echo(
-            "\nA lease alone cannot stop a paused holder; the fencing token, checked by the "
-            "resource, can.",
+            "\nA lease alone cannot stop a paused holder (lock-delay covers only pauses shorter "
+            "than itself); the fencing token, checked by the resource, can.",
             file=out,
         )
     return EXIT_OK
