@@ -48,7 +48,7 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.option("--ttl", type=click.FloatRange(0.2, 60), default=1.0, show_default=True)
 @click.option(
     "--lock-delay", type=click.FloatRange(0, 60), default=None, metavar="S",
-    help="--workload run: the workers' tenure run --lock-delay (default: tenure run's).",
+    help="The workers' lock-delay (default: --workload run: tenure run's, one TTL; others: 0).",
 )  # fmt: skip
 @click.option(
     "--seconds", type=click.FloatRange(3, 3600), default=15.0, show_default=True,

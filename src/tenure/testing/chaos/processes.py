@@ -38,7 +38,7 @@ from .workchild import KINDS
 CHILD = Path(__file__).with_name("workchild.py")
 RESUME_LAG = 0.05
 """Seconds between resuming a paused child's group and its supervisor's."""
-READY_POLL = 0.01
+EXIT_UNAVAILABLE = 69
 
 
 @dataclass
@@ -185,6 +185,8 @@ class RunWorker(WorkerProcess):
                 rec.record("run", "ok", value=value)
             else:
                 rec.record("run", "fail", value=value, error=f"exit {code}")
+            if code == EXIT_UNAVAILABLE:  # the store is down (a fault): not a tight loop
+                time.sleep(min(self.ttl / 3, 0.5))
             n += 1
         rec.close()
 

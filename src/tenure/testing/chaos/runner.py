@@ -68,12 +68,16 @@ class Run:
     control: ServerControl | None = None
     lock: str = "chaos"
     lock_delay: float | None = None
-    """``run`` workload: ``tenure run --lock-delay`` (None: its default, one TTL up to 15 s)."""
+    """The workers' lock-delay. None: ``tenure run``'s default for the ``run`` workload (one
+    TTL, at most 15 s), 0 for the others, whose faults are about what the resource accepts
+    once a lease has expired (lock-delay only postpones that)."""
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
     def effective_lock_delay(self) -> float:
-        return default_lock_delay(self.ttl) if self.lock_delay is None else self.lock_delay
+        if self.lock_delay is not None:
+            return self.lock_delay
+        return default_lock_delay(self.ttl) if self.workload == RUN else 0.0
 
     def server(self) -> ServerControl:
         if self.control is None:
@@ -228,6 +232,7 @@ class Run:
             "--lock", self.lock, "--ttl", repr(self.ttl),
             "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
             "--clock-rate", repr(self._clock_rate()),
+            "--lock-delay", repr(self.effective_lock_delay),
             "--stall-file", str(history_dir / f"{name}.stall"),
         ]  # fmt: skip
         if not self.fenced:

@@ -13,6 +13,9 @@ worker's lease clock fast (> 1) or slow (< 1): a slow clock makes the holder bel
 lasts longer than the store does — beyond the configured drift bound, only fencing keeps the
 resource safe.
 
+``--lock-delay`` is the worker's lock-delay (default 0): the faults are about what the resource
+accepts once a lease has expired, which lock-delay only postpones.
+
 Workloads (the step done while holding the lock):
 
 counter   read the counter, think, write value+1.
@@ -97,7 +100,10 @@ class Worker:
         self.store = StallableStore(open_store(args.store), Path(args.stall_file))
         label = f"chaos {args.process}"
         store, clock = self.store, self.clock
-        self.client = tenure.Client(lambda: tenure.AsyncClient(store, label=label, clock=clock))
+        lock_delay = args.lock_delay
+        self.client = tenure.Client(
+            lambda: tenure.AsyncClient(store, label=label, clock=clock, lock_delay=lock_delay)
+        )
         self.steps = 0
         self.until = 0.0
 
@@ -254,6 +260,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--think", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock-rate", type=float, default=1.0)
+    parser.add_argument("--lock-delay", type=float, default=0.0)
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--stall-file", default="/nonexistent/tenure-chaos-stall")
     return parser.parse_args(argv)
