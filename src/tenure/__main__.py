@@ -1,0 +1,6 @@
+"""``python -m tenure``: the same as the ``tenure`` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()
