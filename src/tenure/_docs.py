@@ -5,22 +5,9 @@ python -m tenure._docs      # prints the table that README.md must contain
 
 from __future__ import annotations
 
-from .stores._spi import Capabilities
-from .stores.etcd import EtcdStore
-from .stores.postgres import PostgresStore
-from .stores.redis import RedisStore
-from .stores.redlock import RedlockStore
-from .stores.sqlite import SQLiteStore
-from .stores.zookeeper import ZooKeeperStore
+from ._url import store_class
+from .stores._registry import REGISTRY
 
-STORES: list[tuple[str, str, Capabilities]] = [
-    ("SQLite (embedded default)", "`sqlite:///path`", SQLiteStore.capabilities),
-    ("etcd", "`etcd://h1:2379,h2:2379`", EtcdStore.capabilities),
-    ("PostgreSQL", "`postgresql://…`", PostgresStore.capabilities),
-    ("ZooKeeper", "`zookeeper://h1:2181,h2:2181/chroot`", ZooKeeperStore.capabilities),
-    ("Redis (one instance)", "`redis://host:6379/0`", RedisStore.capabilities),
-    ("Redis (Redlock)", "`redlock://h1:6379,h2:6379,h3:6379`", RedlockStore.capabilities),
-]
 EFFICIENCY = "**efficiency**: avoids duplicate work, not for correctness"
 
 COLUMNS = (
@@ -41,10 +28,11 @@ def _yes(flag: bool) -> str:
 
 def store_table() -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for name, url, caps in STORES:
+    for entry in REGISTRY:
+        caps = store_class(f"{entry.schemes[0]}://").capabilities
         cells = [
-            name,
-            url,
+            entry.label,
+            f"`{entry.url_example}`",
             caps.grade if caps.grade == "correctness" else EFFICIENCY,
             caps.machines,
             _yes(caps.durable_tokens),

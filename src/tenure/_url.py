@@ -9,23 +9,12 @@ from urllib.parse import urlsplit
 
 from ._errors import InvalidArgument
 from .stores._connect import NO_OPTIONS, ConnectOptions
+from .stores._registry import BY_SCHEME
 from .stores._spi import Store
 
 ENV_STORE = "TENURE_STORE"
 Grade = Literal["correctness", "efficiency"]
 GRADES: tuple[Grade, ...] = ("correctness", "efficiency")
-# scheme → (module under tenure.stores, class): imported on use, so a store's client library is
-# needed only by those who use that store.
-STORES = {
-    "sqlite": ("sqlite", "SQLiteStore"),
-    "etcd": ("etcd", "EtcdStore"),
-    "postgresql": ("postgres", "PostgresStore"),
-    "postgres": ("postgres", "PostgresStore"),
-    "zookeeper": ("zookeeper", "ZooKeeperStore"),
-    "redis": ("redis", "RedisStore"),
-    "rediss": ("redis", "RedisStore"),
-    "redlock": ("redlock", "RedlockStore"),
-}
 
 
 def resolve_url(url: str | None) -> str:
@@ -43,12 +32,14 @@ def store_class(url: str) -> type[Store]:
         scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     except ValueError:  # e.g. an unclosed "[": the URL itself is not repeated (a password?)
         raise InvalidArgument("the store URL cannot be parsed (an unclosed '['?)") from None
-    if scheme not in STORES:
+    if scheme not in BY_SCHEME:
         shown = scheme or url.split(":", 1)[0]
         # The URL itself is not repeated: it may carry a password.
-        raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {', '.join(STORES)})")
-    module, name = STORES[scheme]
-    store: type[Store] = getattr(importlib.import_module(f"tenure.stores.{module}"), name)
+        known = ", ".join(BY_SCHEME)
+        raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {known})")
+    entry = BY_SCHEME[scheme]
+    module = importlib.import_module(f"tenure.stores.{entry.module}")
+    store: type[Store] = getattr(module, entry.cls)
     return store
 
 

@@ -1,6 +1,6 @@
 """The conformance suite runs every test here against every store.
 
-A store joins by naming itself in ``STORES`` and providing a ``<store>_store_url`` fixture (in
+A store joins by its entry in ``tenure.stores._registry`` and a ``<key>_store_url`` fixture (in
 ``tests/plugin_<store>.py``, loaded by ``tests/conftest.py``): a URL to a fresh, empty namespace
 on a real server started once per session by that store's shared fixture.
 """
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-STORES = ["sqlite", "postgres", "etcd", "zookeeper", "redis", "redlock"]
+from tenure.stores._registry import REGISTRY
+
+STORES = [entry.key for entry in REGISTRY]
 
 
 @pytest.fixture(params=STORES)

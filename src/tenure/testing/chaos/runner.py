@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from ..._errors import InvalidArgument
 from ..._state import default_lock_delay
 from ...stores._connect import redact
+from ...stores._registry import DEFAULT_PORTS
 from ..proxy import ChaosProxy
 from . import checkers
 from .history import (
@@ -41,14 +42,6 @@ from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
 
-DEFAULT_PORTS = {
-    "etcd": 2379,
-    "postgresql": 5432,
-    "postgres": 5432,
-    "zookeeper": 2181,
-    "redis": 6379,
-    "redlock": 6379,
-}
 READY_TIMEOUT = 120.0
 """Seconds every worker gets to start (imports, first connection) before the clock starts."""
 
