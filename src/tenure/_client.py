@@ -50,10 +50,6 @@ T = TypeVar("T")
 DEFAULT_TTL = 30.0
 
 
-def _pick(given: float | None, default: float | None) -> float | None:
-    return default if given is None else given
-
-
 def _check_options(
     drift: float, margin: float, label: str, lock_delay: float | None = None
 ) -> None:
@@ -125,7 +121,8 @@ class AsyncClient:
     def timing(self, ttl: float, lock_delay: float | None = None) -> Timing:
         """The timing of a lease with this TTL (``InvalidArgument`` if bad): the client's drift,
         margin and lock-delay unless ``lock_delay`` is given."""
-        return Timing(ttl, self.drift, self.margin, _pick(lock_delay, self.lock_delay))
+        delay = self.lock_delay if lock_delay is None else lock_delay
+        return Timing(ttl, self.drift, self.margin, delay)
 
     async def _session(self, ttl: float, lock_delay: float | None = None) -> SessionKeeper:
         """The live session for this TTL and lock-delay, opened (and its keeper started) on
@@ -133,7 +130,7 @@ class AsyncClient:
         if self._tg is None:
             raise TenureError("use the client as `async with tenure.connect_async(...)`")
         timing = self.timing(ttl, lock_delay)
-        key = (timing.ttl, timing.lock_delay or 0.0)
+        key = (timing.ttl, timing.hold_back)
         keeper = self._sessions.get(key)
         if keeper is not None and not keeper.expired():
             return keeper  # the common case, without a checkpoint

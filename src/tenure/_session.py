@@ -33,8 +33,7 @@ class SessionKeeper:
     @classmethod
     async def open(cls, store: Store, timing: Timing, owner: Owner, clock: Clock) -> SessionKeeper:
         t_sent = clock.now()
-        assert timing.lock_delay is not None  # resolved by Timing
-        handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
+        handle = await store.open_session(timing.ttl, owner, timing.hold_back)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
     def expired(self) -> bool:

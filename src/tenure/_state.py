@@ -16,7 +16,7 @@ after the last confirmed request was sent): work should stop then, and be done b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from ._errors import InvalidArgument
@@ -67,8 +67,9 @@ class Timing:
     drift: float = DEFAULT_DRIFT
     margin: float = DEFAULT_MARGIN
     lock_delay: float | None = None
-    """Seconds a name stays held back after a lease on it ends without a release (rule 8);
-    None: `default_lock_delay` of the TTL."""
+    """Seconds a name stays held back after a lease on it ends without a release (rule 8), as
+    given; None: `default_lock_delay` of the TTL. ``hold_back`` is the value that applies."""
+    hold_back: float = field(init=False)
 
     def __post_init__(self) -> None:
         ttl = _number(self.ttl, "ttl")
@@ -82,7 +83,7 @@ class Timing:
             raise InvalidArgument(
                 f"lock_delay must be in [0, {MAX_LOCK_DELAY:.0f}] seconds, got {self.lock_delay!r}"
             )
-        object.__setattr__(self, "lock_delay", delay)
+        object.__setattr__(self, "hold_back", delay)
         if not 0 <= drift < 0.5:
             raise InvalidArgument(f"drift must be in [0, 0.5), got {self.drift!r}")
         if margin < 0:

@@ -26,6 +26,9 @@ USAGE = [
     (["--timeout", "nan"], "timeout must be >= 0"),
     (["--grace", "nan"], "grace must be"),
     (["--grace", "-1"], "grace must be"),
+    (["--ttl", "3", "--grace", "8"], "the largest grace is 0.87s"),
+    (["--lock-delay", "-1"], "lock_delay must be"),
+    (["--lock-delay", "nan"], "lock_delay must be"),
     (["--label", "a\nb"], "label must be printable"),
     (["--bogus"], "No such option '--bogus'"),
 ]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .history import (
     NEMESIS,
@@ -426,17 +426,10 @@ def check_work_overlap(work: Sequence[WorkRecord], gap: float = WORK_GAP) -> lis
 def work_overlaps(
     work: Sequence[WorkRecord], gap: float = WORK_GAP
 ) -> Iterator[tuple[WorkSpan, WorkSpan, float]]:
-    """Each pair of spans of different children that overlap, with the overlap in seconds.
-    Sweep spans by start, keeping the open ones in a heap by end: each overlapping pair is met
-    once, when the later span starts."""
-    active: list[tuple[float, int, WorkSpan]] = []
-    for index, span in enumerate(work_spans(work, gap)):
-        while active and active[0][0] < span.start:
-            heapq.heappop(active)
-        for _, _, other in active:
-            if other.child != span.child:
-                yield other, span, min(other.end, span.end) - span.start
-        heapq.heappush(active, (span.end, index, span))
+    """Each pair of spans of different children that overlap, with the overlap in seconds (a
+    span of one record inside another's counts, with 0 s: work was done while the other ran)."""
+    spans = work_spans(work, gap)
+    return _overlapping(spans, lambda a, b: a.child != b.child, touching=True)
 
 
 def _work_finding(first: WorkSpan, second: WorkSpan, overlap: float) -> Finding:
@@ -464,18 +457,10 @@ def check_belief_overlap(history: Sequence[Event]) -> list[Finding]:
 
 
 def _overlaps(windows: Sequence[LeaseWindow]) -> Iterator[Finding]:
-    """Sweep windows by start, keeping the open ones in a heap by end: each overlapping pair is met
-    once, when the later window starts."""
-    active: list[tuple[float, int, LeaseWindow]] = []
-    for index, window in enumerate(sorted(windows, key=lambda w: w.start)):
-        while active and active[0][0] <= window.start:
-            heapq.heappop(active)
-        for _, _, other in active:
-            if other.process != window.process:
-                overlap = min(other.end, window.end) - window.start
-                if overlap > 0:
-                    yield _overlap_finding(other, window, overlap)
-        heapq.heappush(active, (window.end, index, window))
+    for first, second, overlap in _overlapping(
+        windows, lambda a, b: a.process != b.process, touching=False
+    ):
+        yield _overlap_finding(first, second, overlap)
 
 
 def _overlap_finding(first: LeaseWindow, second: LeaseWindow, overlap: float) -> Finding:
@@ -487,6 +472,33 @@ def _overlap_finding(first: LeaseWindow, second: LeaseWindow, overlap: float) ->
         t=second.start,
         processes=(first.process, second.process),
     )
+
+
+class _Interval(Protocol):
+    @property
+    def start(self) -> float: ...
+    @property
+    def end(self) -> float: ...
+
+
+Span = TypeVar("Span", bound=_Interval)
+
+
+def _overlapping(
+    items: Iterable[Span], apart: Callable[[Span, Span], bool], touching: bool
+) -> Iterator[tuple[Span, Span, float]]:
+    """Each pair of ``apart`` intervals that overlap (``touching``: also by a point), with the
+    overlap in seconds. Sweep by start, keeping the open ones in a heap by end: each pair is met
+    once, when the later one starts."""
+    active: list[tuple[float, int, Span]] = []
+    for index, item in enumerate(sorted(items, key=lambda i: i.start)):
+        while active and (active[0][0] < item.start if touching else active[0][0] <= item.start):
+            heapq.heappop(active)
+        for _, _, other in active:
+            overlap = min(other.end, item.end) - item.start
+            if apart(other, item) and (touching or overlap > 0):
+                yield other, item, overlap
+        heapq.heappush(active, (item.end, index, item))
 
 
 def _unique(*processes: str) -> tuple[str, ...]:
