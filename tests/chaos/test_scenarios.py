@@ -70,7 +70,9 @@ def test_no_faults_show_nothing(tmp_path: Path, sqlite_store_url: str) -> None:
 
 @pytest.mark.parametrize("workload", ["counter", "set", "election"])
 def test_pauses_fenced_are_safe(tmp_path: Path, sqlite_store_url: str, workload: str) -> None:
-    report = chaos(tmp_path, "pause", sqlite_store_url, workload=workload)
+    # 10 s: a refused write needs a pause between a holder's read and its write (1 run in ~30
+    # of 7 s had none under CI load).
+    report = chaos(tmp_path, "pause", sqlite_store_url, workload=workload, seconds=10.0)
     faulted(report, "pause")
     assert_safe(report)
     assert_live(report)
