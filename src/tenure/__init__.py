@@ -17,7 +17,7 @@ from ._errors import (
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
-from .stores._spi import Capabilities, HeldBack, LockInfo, Owner
+from ._values import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
     "DEFAULT_DRIFT",

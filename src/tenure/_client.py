@@ -42,9 +42,10 @@ from ._once import (
 )
 from ._session import SessionKeeper
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
-from ._url import Grade, open_store
+from ._url import Require, open_store
+from ._values import Capabilities, HeldBack, LockInfo, Owner
 from .stores._connect import ConnectOptions
-from .stores._spi import Capabilities, HeldBack, LockInfo, Owner, Store
+from .stores._spi import Store
 
 T = TypeVar("T")
 DEFAULT_TTL = 30.0
@@ -278,7 +279,7 @@ async def connect_async(
     margin: float = DEFAULT_MARGIN,
     label: str = "",
     clock: Clock = REAL_CLOCK,
-    require: Grade | None = None,
+    require: Require = None,
     tls: bool | None = None,
     ca: str | None = None,
     cert: str | None = None,
@@ -289,7 +290,8 @@ async def connect_async(
 ) -> AsyncIterator[AsyncClient]:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
-    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
+    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``,
+    and ``"elections"`` or ``"records"`` (alone or in a tuple) a store that does not offer them;
     ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
     ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
     seconds a name is granted to nobody after a lease on it ends without a release (default:
@@ -639,7 +641,7 @@ def connect(
     margin: float = DEFAULT_MARGIN,
     label: str = "",
     clock: Clock = REAL_CLOCK,
-    require: Grade | None = None,
+    require: Require = None,
     tls: bool | None = None,
     ca: str | None = None,
     cert: str | None = None,
@@ -650,7 +652,8 @@ def connect(
 ) -> Client:
     """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
 
-    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``;
+    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``,
+    and ``"elections"`` or ``"records"`` (alone or in a tuple) a store that does not offer them;
     ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
     ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
     seconds a name is granted to nobody after a lease on it ends without a release (default:

@@ -19,7 +19,8 @@ import anyio
 from ._errors import InvalidArgument, LeaseLost
 from ._lease import AsyncLease
 from ._lock import SAFETY_NAP, acquire
-from .stores._spi import LockInfo, Owner, Store
+from ._values import LockInfo, Owner
+from .stores._spi import Store, elections_of
 
 if TYPE_CHECKING:
     from ._client import AsyncClient
@@ -72,7 +73,9 @@ class AsyncLeadership(AsyncLease):
         value = check_value(value)
         self.check()
         keeper = self._keeper
-        if not await keeper.store.proclaim(keeper.handle, self.name, self.token, value):
+        if not await elections_of(keeper.store).proclaim(
+            keeper.handle, self.name, self.token, value
+        ):
             self._mark_lost("the store says this term is over")
             self.check()
         self.value = value
@@ -109,7 +112,7 @@ async def observe(store: Store, name: str) -> AsyncIterator[Leader | None]:
     time nobody leads. Subscribed before the first read, so nothing after it is missed. An
     expiry that the store does not announce (SQL stores) is found by reading again when the
     leader could have expired."""
-    watch = await store.watch(name)
+    watch = await elections_of(store).watch(name)
     try:
         found = await store.locks(name)
         last = Leader.of(found[0] if found else None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .stores._spi import LockInfo
+    from ._values import LockInfo
 
 
 class TenureError(Exception):

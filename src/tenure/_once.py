@@ -34,7 +34,8 @@ import anyio
 
 from ._errors import InvalidArgument, LeaseLost, NotAcquired, StaleToken, TenureError
 from ._names import MAX_NAME_BYTES, check_name
-from .stores._spi import Record
+from ._values import Record
+from .stores._spi import records_of
 
 if TYPE_CHECKING:
     from ._client import AsyncClient
@@ -184,9 +185,10 @@ class AsyncRun:
                 exit_code=exit_code,
                 error=error,
             )
-            written = await self._client.store.write_record(self._key, end.to_json(), self._version)
+            records = records_of(self._client.store)
+            written = await records.write_record(self._key, end.to_json(), self._version)
             if written is None:
-                now = await self._client.store.read_record(self._key)
+                now = await records.read_record(self._key)
                 highest = Slot.from_record(now).token if now else self.slot.token
                 raise StaleToken(f"{self.slot.job}/{self.slot.slot}", self.slot.token, highest)
             self.slot = end
@@ -213,7 +215,7 @@ async def claim(
     """Hold the slot's lock, then claim the slot's record if it is not over (see module doc)."""
     key = record_key(job, slot)
     check_policy(policy)
-    store = client.store
+    store = records_of(client.store)
     found = await store.read_record(key)
     seen = Slot.from_record(found) if found else None
     if seen is not None and seen.state in FINAL:  # over: no lock needed
@@ -234,7 +236,7 @@ async def claim(
 async def _claim_held(
     client: AsyncClient, key: str, job: str, slot: str, lease: AsyncLease, policy: Policy
 ) -> AsyncRun:
-    store = client.store
+    store = records_of(client.store)
     found = await store.read_record(key)
     before = Slot.from_record(found) if found else None
     version = found.version if found else 0
@@ -277,7 +279,9 @@ async def _claim_held(
 
 async def history(client: AsyncClient, job: str) -> list[Slot]:
     """Every recorded slot of ``job``, in slot-key order."""
-    return [Slot.from_record(r) for r in await client.store.list_records(job_prefix(job))]
+    return [
+        Slot.from_record(r) for r in await records_of(client.store).list_records(job_prefix(job))
+    ]
 
 
 class AsyncOnce:

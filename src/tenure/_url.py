@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from typing import Literal
 from urllib.parse import urlsplit
 
 from ._errors import InvalidArgument
+from ._values import Capabilities
 from .stores._connect import NO_OPTIONS, ConnectOptions
 from .stores._registry import BY_SCHEME
 from .stores._spi import Store
@@ -15,6 +17,9 @@ from .stores._spi import Store
 ENV_STORE = "TENURE_STORE"
 Grade = Literal["correctness", "efficiency"]
 GRADES: tuple[Grade, ...] = ("correctness", "efficiency")
+Need = Literal["correctness", "efficiency", "elections", "records"]
+Require = Need | Sequence[Need] | None
+"""What ``require=`` may ask of a store: a grade and the capabilities it must offer."""
 
 
 def resolve_url(url: str | None) -> str:
@@ -43,25 +48,34 @@ def store_class(url: str) -> type[Store]:
     return store
 
 
-def check_grade(store: type[Store], require: Grade | None) -> None:
-    """Refuse an efficiency-grade store (Redis) where the caller asked for correctness-grade."""
+def check_requirements(store: type[Store], require: Require) -> None:
+    """Refuse a store that lacks what the caller requires: ``"correctness"`` refuses an
+    efficiency-grade store (Redis); ``"elections"`` or ``"records"`` one that does not offer
+    them. One name or several."""
     if require is None:
         return
-    if require not in GRADES:
-        raise InvalidArgument(f"require must be one of {', '.join(GRADES)}, got {require!r}")
-    if require == "correctness" and store.capabilities.grade != "correctness":
+    wanted = (require,) if isinstance(require, str) else tuple(require)
+    for need in wanted:
+        if need not in GRADES and need not in Capabilities.OFFERS:
+            known = ", ".join((*GRADES, *Capabilities.OFFERS))
+            raise InvalidArgument(f"require must be one of {known}, got {need!r}")
+    caps = store.capabilities
+    if "correctness" in wanted and caps.grade != "correctness":
         raise InvalidArgument(
-            f"the {store.scheme} store is {store.capabilities.grade}-grade (fine to avoid duplicate"
+            f"the {store.scheme} store is {caps.grade}-grade (fine to avoid duplicate"
             " work, not for correctness: a fail-over can lose a lock and its token counter);"
             " require='correctness' refuses it"
         )
+    for need in wanted:
+        if need in Capabilities.OFFERS and not getattr(caps, need):
+            raise InvalidArgument(f"the {store.scheme} store does not offer {need} (required)")
 
 
 def open_store(
-    url: str | None, require: Grade | None = None, options: ConnectOptions = NO_OPTIONS
+    url: str | None, require: Require = None, options: ConnectOptions = NO_OPTIONS
 ) -> Store:
     """The store a URL names; ``options`` (TLS, credentials) override what the URL says."""
     url = resolve_url(url)
     store = store_class(url)
-    check_grade(store, require)  # before anything is opened or created
+    check_requirements(store, require)  # before anything is opened or created
     return store.from_url(url, options)

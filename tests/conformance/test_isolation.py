@@ -127,9 +127,8 @@ async def test_only_the_holder_can_release_or_proclaim(store_url: str) -> None:
         await theirs.aclose()
 
 
+@pytest.mark.offers("records")
 async def test_job_names_that_look_like_paths_keep_separate_histories(store_url: str) -> None:
-    if store_url.startswith("redlock:"):
-        pytest.skip("Redlock keeps no records")
     jobs = ["a", "a/b", "a%2Fb", "../a", "a*"]
     async with tenure.connect_async(store_url) as client:
         for index, job in enumerate(jobs):

@@ -12,13 +12,11 @@ from tenure._once import Slot, record_key
 from tenure._url import open_store
 from tenure.testing import FaultyStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.offers("records")]
 
 
 @pytest.fixture
 def url(store_url: str) -> str:
-    if store_url.startswith("redlock:"):
-        pytest.skip("Redlock keeps no records")
     return store_url
 
 

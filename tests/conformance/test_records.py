@@ -10,15 +10,11 @@ import pytest
 from tenure._url import open_store
 from tenure.stores._spi import Record
 
-pytestmark = pytest.mark.anyio
-
-STORES_WITHOUT_RECORDS = ("redlock",)
+pytestmark = [pytest.mark.anyio, pytest.mark.offers("records")]
 
 
 @pytest.fixture
 def records_url(store_url: str) -> str:
-    if store_url.split(":", 1)[0] in STORES_WITHOUT_RECORDS:
-        pytest.skip("Redlock keeps no records (a record on a quorum of independent servers)")
     return store_url
 
 

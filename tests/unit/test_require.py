@@ -44,3 +44,19 @@ def test_unknown_grade_is_refused(tmp_path: Path) -> None:
     with pytest.raises(tenure.InvalidArgument, match="require must be one of"):
         tenure.connect(f"sqlite:///{tmp_path}/s.db", require="strict")  # type: ignore[arg-type]
     assert not (tmp_path / "s.db").exists()  # refused before the file was created
+
+
+def test_a_capability_can_be_required_before_connecting() -> None:
+    with pytest.raises(tenure.InvalidArgument, match="does not offer records") as caught:
+        tenure.connect("redlock://127.0.0.1:1,127.0.0.1:2", require=("efficiency", "records"))
+    assert "\n" not in str(caught.value)
+
+
+def test_what_a_store_offers_is_derived_from_what_it_implements(tmp_path: Path) -> None:
+    from tenure.stores._spi import Records, offers
+    from tenure.stores.redlock import RedlockStore
+
+    assert offers(RedlockStore) == {"elections": True, "records": False}
+    assert not issubclass(RedlockStore, Records)
+    with tenure.connect(f"sqlite:///{tmp_path}/s.db", require=["records", "elections"]) as c:
+        assert c.capabilities.records and c.capabilities.elections

@@ -12,7 +12,7 @@ import click
 import tenure
 
 from .._names import check_name
-from ..stores._spi import HeldBack, LockInfo
+from .._values import HeldBack, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")

@@ -28,7 +28,7 @@ from .._names import check_label
 from .._state import Timing
 from .._stopby import Cause
 from .._url import Grade
-from ..stores._spi import LockInfo
+from .._values import LockInfo
 from . import (
     EXIT_BUSY,
     EXIT_CODES_HELP,

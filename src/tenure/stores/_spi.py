@@ -15,74 +15,17 @@ with ``leave``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
+from .._errors import InvalidArgument
+from .._values import Capabilities, Change, HeldBack, LockInfo, Owner, Record
 from ._connect import NO_OPTIONS, ConnectOptions
 
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a store can promise, declared in code (the docs' store table is made from these)."""
-
-    grade: Literal["correctness", "efficiency"]
-    """'efficiency': fine to avoid duplicate work, not for correctness (e.g. Redis)."""
-    machines: Literal["one", "many"]
-    """Whether clients on different machines can share locks."""
-    durable_tokens: bool
-    """A token is committed durably before it is returned and never reissued after a crash."""
-    store_judges_expiry: bool
-    """Expiry is decided by the store's clock (rule 2), not by a client's."""
-    fair: bool
-    """Waiters are served in arrival order."""
-    native_wait: bool
-    """Waiters are woken by the store (watch, notify, kernel), not by polling alone."""
-    notes: str = ""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who holds a session: shown by ``tenure ls`` and to waiters."""
-
-    host: str
-    pid: int
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """One lock as the store sees it now."""
-
-    name: str
-    token: int
-    owner: Owner
-    expires_in: float
-    """Seconds until the store would expire the holder's lease, if not renewed."""
-    waiters: int = 0
-    value: str | None = None
-    """What the holder proclaimed (leader election: who leads, where); None if nothing."""
-
-
-@dataclass(frozen=True)
-class HeldBack:
-    """A name that is free but not grantable yet: its last lease ended without a release and
-    its lock-delay has not passed (DESIGN rule 8)."""
-
-    name: str
-    token: int
-    """The token of the lease that ended (0 if the store no longer knows it)."""
-    free_in: float
-    """Seconds until the store grants the name again, by the store's clock."""
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change of a lock, as a `Watch` reports it: its state right after the change."""
-
-    name: str
-    holder: LockInfo | None
-    """The holder and its value after the change (``expires_in`` may be 0: unknown); None when
-    the lock was released or freed."""
+__all__ = [
+    "Busy", "Capabilities", "Change", "Elections", "Grant", "HeldBack", "LockInfo", "Owner",
+    "Record", "Records", "Session", "Store", "Watch", "elections_of", "offers", "records_of",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,17 +69,6 @@ class Watch(ABC):
         """Unsubscribe (idempotent)."""
 
 
-@dataclass(frozen=True)
-class Record:
-    """A small durable record (``tenure.once``'s slots): text, and a version the store changes
-    on every write, so that a write can be made conditional on what the writer last read."""
-
-    key: str
-    value: str
-    version: int
-    """Positive; a write of the record makes it different (not necessarily larger)."""
-
-
 class Session(ABC):
     """A store's handle on one session."""
 
@@ -144,10 +76,23 @@ class Session(ABC):
 
 
 class Store(ABC):
-    """One coordination service. Instances are created by ``tenure._url.open_store``."""
+    """One coordination service: the calls locks and sessions need. Elections and records are
+    layers a store adds by also implementing `Elections` and `Records`. Instances are created
+    by ``tenure._url.open_store``."""
 
     capabilities: ClassVar[Capabilities]
+    """The guarantees the class declares; ``elections`` and ``records`` are set here, from
+    what the class implements (`offers`)."""
     scheme: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = cls.__dict__.get("capabilities")
+        if isinstance(declared, Capabilities):
+            derived = offers(cls)
+            cls.capabilities = replace(
+                declared, elections=derived["elections"], records=derived["records"]
+            )
 
     @classmethod
     @abstractmethod
@@ -215,37 +160,56 @@ class Store(ABC):
     async def aclose(self) -> None:
         """Close connections. Sessions are closed by the client first."""
 
-    # -- leader election -------------------------------------------------------------------
 
+class Elections(ABC):
+    """Leader election on top of locks: a store that implements these offers ``elections``."""
+
+    @abstractmethod
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
         """Set the value of ``name`` if this session still holds it with this token, atomically
         with that check; False if it does not (lost or released). Reported by watches."""
-        raise NotImplementedError(f"{type(self).__name__} has no leader election yet")
 
+    @abstractmethod
     async def watch(self, name: str) -> Watch:
         """Subscribe to the changes of ``name`` (see `Watch`); woken by the store, not a poll."""
-        raise NotImplementedError(f"{type(self).__name__} has no leader election yet")
 
-    # -- records (conditional writes) ------------------------------------------------------
 
+class Records(ABC):
+    """Small conditional records beside the locks (``tenure.once``'s slots): a store that
+    implements these offers ``records``."""
+
+    @abstractmethod
     async def read_record(self, key: str) -> Record | None:
         """The record ``key``, or None if there is none."""
-        raise self._no_records()
 
+    @abstractmethod
     async def write_record(self, key: str, value: str, version: int) -> Record | None:
         """Write ``value`` if the record's version is still ``version`` (0: only if there is no
         record), atomically with that check and durably before returning the written record;
         None if the version differs (someone wrote since), and then nothing is written."""
-        raise self._no_records()
 
+    @abstractmethod
     async def list_records(self, prefix: str) -> list[Record]:
         """Every record whose key starts with ``prefix``, in key order."""
-        raise self._no_records()
 
-    def _no_records(self) -> Exception:
-        from .._errors import InvalidArgument
 
-        return InvalidArgument(
-            f"the {self.scheme} store keeps no records, which tenure once and cron need: use "
-            "sqlite, postgresql, etcd, zookeeper or redis"
-        )
+def offers(store: type[Store]) -> dict[str, bool]:
+    """The capabilities a store class has by what it implements, never by what it says."""
+    return {"elections": issubclass(store, Elections), "records": issubclass(store, Records)}
+
+
+def elections_of(store: Store) -> Elections:
+    """``store`` as an `Elections`; one ``InvalidArgument`` if it does not offer them."""
+    if isinstance(store, Elections):
+        return store
+    raise InvalidArgument(f"the {store.scheme} store offers no leader election")
+
+
+def records_of(store: Store) -> Records:
+    """``store`` as a `Records`; one ``InvalidArgument`` if it keeps none."""
+    if isinstance(store, Records):
+        return store
+    raise InvalidArgument(
+        f"the {store.scheme} store keeps no records, which tenure once and cron need: use a"
+        " store that offers records (sqlite, postgresql, etcd, zookeeper or redis)"
+    )

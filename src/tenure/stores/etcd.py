@@ -141,11 +141,13 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
     Owner,
     Record,
+    Records,
     Session,
     Store,
     Watch,
@@ -376,7 +378,7 @@ class EtcdWatch(Watch):
             self._scope.cancel()
 
 
-class EtcdStore(Store):
+class EtcdStore(Store, Elections, Records):
     scheme: ClassVar[str] = "etcd"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

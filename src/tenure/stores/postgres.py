@@ -117,11 +117,13 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
     Owner,
     Record,
+    Records,
     Session,
     Store,
     Watch,
@@ -682,7 +684,7 @@ class PostgresWatch(Watch):
         await self.store._unwatch(self)
 
 
-class PostgresStore(Store):
+class PostgresStore(Store, Elections, Records):
     scheme: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

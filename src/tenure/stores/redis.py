@@ -102,11 +102,13 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
     Owner,
     Record,
+    Records,
     Session,
     Store,
     Watch,
@@ -188,7 +190,7 @@ class RedisWatch(Watch):
             self._scope.cancel()
 
 
-class RedisStore(Store):
+class RedisStore(Store, Elections, Records):
     scheme: ClassVar[str] = "redis"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",

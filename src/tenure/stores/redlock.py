@@ -72,6 +72,7 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
@@ -211,7 +212,7 @@ class RedlockWatch(Watch):
             self._scope.cancel()
 
 
-class RedlockStore(Store):
+class RedlockStore(Store, Elections):
     scheme: ClassVar[str] = "redlock"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",

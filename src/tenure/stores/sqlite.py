@@ -47,11 +47,13 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
     Owner,
     Record,
+    Records,
     Session,
     Store,
     Watch,
@@ -182,7 +184,7 @@ class SessionGone(Exception):
     pass
 
 
-class SQLiteStore(Store):
+class SQLiteStore(Store, Elections, Records):
     scheme: ClassVar[str] = "sqlite"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

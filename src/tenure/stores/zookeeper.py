@@ -131,11 +131,13 @@ from ._spi import (
     Busy,
     Capabilities,
     Change,
+    Elections,
     Grant,
     HeldBack,
     LockInfo,
     Owner,
     Record,
+    Records,
     Session,
     Store,
     Watch,
@@ -499,7 +501,7 @@ class _NoAccess(StoreUnavailable):
 # -- the store -------------------------------------------------------------------------------
 
 
-class ZooKeeperStore(Store):
+class ZooKeeperStore(Store, Elections, Records):
     scheme: ClassVar[str] = "zookeeper"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

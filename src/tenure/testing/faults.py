@@ -15,10 +15,26 @@ import anyio
 
 from .._errors import StoreUnavailable
 from ..stores._connect import NO_OPTIONS, ConnectOptions
-from ..stores._spi import Busy, Grant, HeldBack, LockInfo, Owner, Record, Session, Store, Watch
+from ..stores._spi import (
+    Busy,
+    Elections,
+    Grant,
+    HeldBack,
+    LockInfo,
+    Owner,
+    Record,
+    Records,
+    Session,
+    Store,
+    Watch,
+    elections_of,
+    records_of,
+)
 
 
-class FaultyStore(Store):
+class FaultyStore(Store, Elections, Records):
+    """Offers what the wrapped store offers (its capabilities); a call it lacks is refused."""
+
     def __init__(self, inner: Store) -> None:
         self.inner = inner
         self.hang_keep_alive = False
@@ -78,19 +94,19 @@ class FaultyStore(Store):
         return await self.inner.held_back(name)
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
-        return await self.inner.proclaim(session, name, token, value)
+        return await elections_of(self.inner).proclaim(session, name, token, value)
 
     async def watch(self, name: str) -> Watch:
-        return await self.inner.watch(name)
+        return await elections_of(self.inner).watch(name)
 
     async def read_record(self, key: str) -> Record | None:
-        return await self.inner.read_record(key)
+        return await records_of(self.inner).read_record(key)
 
     async def write_record(self, key: str, value: str, version: int) -> Record | None:
-        return await self.inner.write_record(key, value, version)
+        return await records_of(self.inner).write_record(key, value, version)
 
     async def list_records(self, prefix: str) -> list[Record]:
-        return await self.inner.list_records(prefix)
+        return await records_of(self.inner).list_records(prefix)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
