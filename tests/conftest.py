@@ -11,7 +11,13 @@ from tenure.testing.certs import TLSFiles, make_tls_files
 from tenure.testing.postgres_server import PG_BIN, PostgresServer
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
-pytest_plugins = ["plugin_postgres", "plugin_etcd", "plugin_zookeeper", "plugin_redis"]
+pytest_plugins = [
+    "plugin_postgres",
+    "plugin_etcd",
+    "plugin_zookeeper",
+    "plugin_redis",
+    "plugin_security",
+]
 
 
 @pytest.fixture(scope="session")

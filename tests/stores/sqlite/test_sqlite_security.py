@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from secrecy import one_error_line, run_cli
 
 import tenure
+from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument
 
 NOBODY = 65534

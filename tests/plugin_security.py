@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from secrecy import TLSStore
 
+from secrecy import TLSStore
 from tenure.stores._spi import Store
 from tenure.testing.certs import TLSFiles
 from tenure.testing.etcd_cluster import ETCD, EtcdCluster

@@ -20,9 +20,9 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from secrecy import one_error_line, one_line, run_cli
 
 import tenure
+from secrecy import one_error_line, one_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._connect import ConnectOptions

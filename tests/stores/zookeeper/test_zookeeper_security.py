@@ -25,9 +25,9 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoAuthError, NotEmptyError  # type: ignore[import-untyped]
 from kazoo.protocol.connection import _CONNECTION_DROP  # type: ignore[import-untyped]
 from kazoo.security import OPEN_ACL_UNSAFE  # type: ignore[import-untyped]
-from secrecy import one_error_line, run_cli
 
 import tenure
+from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore

@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
-from secrecy import one_error_line, run_cli
 
 import tenure
+from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.etcd import EtcdStore

@@ -22,9 +22,9 @@ from uuid import uuid4
 
 import psycopg
 import pytest
-from secrecy import one_error_line, one_line, run_cli
 
 import tenure
+from secrecy import one_error_line, one_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores.postgres import PostgresStore
 from tenure.testing.certs import TLSFiles
