@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import LeaseLost
+from ._session import Listener
 from ._state import Loss
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ class AsyncLease:
     """One grant of one lock to one session."""
 
     def __init__(self, keeper: SessionKeeper, name: str, token: int) -> None:
+        """The grant of ``name`` with ``token`` to ``keeper``'s session, from now on told of
+        that session's risk, loss and closing."""
         self._keeper = keeper
         self.name = name
         self.token = token
@@ -37,6 +40,7 @@ class AsyncLease:
         self._callbacks: list[LostCallback] = []
         self._at_risk_callbacks: list[LostCallback] = []
         self._scopes: list[anyio.CancelScope] = []
+        keeper.attach(self, Listener(self._mark_lost, self._mark_at_risk, self._mark_closed))
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
@@ -93,9 +97,19 @@ class AsyncLease:
     def check(self) -> None:
         """Raise ``LeaseLost`` unless the lease is still held and before its deadline."""
         if self.lost:
-            raise LeaseLost(f"lease on {self.name!r} (token {self.token}) lost: {self.lost_reason}")
+            raise self.lost_error()
         if self.released:
             raise LeaseLost(f"lease on {self.name!r} (token {self.token}) was released")
+
+    def lost_error(self) -> LeaseLost:
+        """The error that says this lease was lost, and why."""
+        return LeaseLost(f"lease on {self.name!r} (token {self.token}) lost: {self.lost_reason}")
+
+    def cancel_on_loss(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the lease is lost (at once if it already is)."""
+        self._scopes.append(scope)
+        if self._lost_reason is not None:
+            scope.cancel()
 
     def on_lost(self, callback: LostCallback) -> None:
         """Call ``callback(lease)`` once when the lease is lost (at once if it already is).
@@ -120,11 +134,6 @@ class AsyncLease:
         for callback in list(self._at_risk_callbacks):
             callback(self)
 
-    def _cancel_on_loss(self, scope: anyio.CancelScope) -> None:
-        self._scopes.append(scope)
-        if self._lost_reason is not None:
-            scope.cancel()
-
     def _mark_lost(self, reason: str) -> None:
         if self._lost_reason is not None or self.released:
             return
@@ -135,11 +144,22 @@ class AsyncLease:
         for callback in callbacks:
             callback(self)
 
+    def _mark_closed(self) -> None:
+        self.released = True
+
     async def release(self) -> None:
         """Release the lock if this lease still holds it. A no-op once lost or released."""
         if self.released:
             return
         self.released = True
+        lost = self._lost_reason is not None  # marked lost: nothing left to delete
         self._callbacks.clear()
         self._at_risk_callbacks.clear()
-        await self._keeper.release(self)
+        await self._keeper.release(self, self.name, self.token, lost)
+
+
+def end_of_hold(lease: AsyncLease, exc: BaseException | None) -> LeaseLost | None:
+    """What leaving a ``with``/``async with`` block on ``lease`` raises after the release: the
+    loss, unless the block already raised something of its own (``exc``). Read before the
+    release (which makes a lease no longer lost but released)."""
+    return lease.lost_error() if lease.lost and exc is None else None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import anyio
 
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
-from ._lease import AsyncLease
+from ._lease import AsyncLease, end_of_hold
 from ._names import check_name
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
 from .stores._spi import Busy, LockInfo
@@ -88,8 +88,7 @@ async def acquire(
                 continue
             if not isinstance(outcome, Busy):
                 ticket = None  # the store removed it from the queue with the grant
-                lease = make(keeper, name, outcome.token)
-                keeper.leases.add(lease)
+                lease = make(keeper, name, outcome.token)  # from now on told of loss
                 if outcome.renewed_session:
                     keeper.confirm_grant(t_sent)
                 if keeper.expired():  # the session died meanwhile: the grant is worthless
@@ -135,7 +134,7 @@ class AsyncHold(Generic[L]):
         self._lease = lease
         self._scope = anyio.CancelScope()
         self._scope.__enter__()
-        lease._cancel_on_loss(self._scope)
+        lease.cancel_on_loss(self._scope)
         return lease
 
     async def __aexit__(
@@ -147,10 +146,8 @@ class AsyncHold(Generic[L]):
         assert self._lease is not None and self._scope is not None
         lease = self._lease
         swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
-        lost = lease.lost
+        error = end_of_hold(lease, None if swallowed else exc)
         await lease.release()
-        if lost and (exc is None or swallowed):
-            raise LeaseLost(
-                f"lease on {lease.name!r} (token {lease.token}) lost: {lease.lost_reason}"
-            ) from None
+        if error is not None:
+            raise error from None
         return swallowed

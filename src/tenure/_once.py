@@ -299,7 +299,7 @@ class AsyncOnce:
         if run and run.lease is not None:
             self._scope = anyio.CancelScope()
             self._scope.__enter__()
-            run.lease._cancel_on_loss(self._scope)
+            run.lease.cancel_on_loss(self._scope)
         return run
 
     async def __aexit__(

@@ -3,22 +3,37 @@
 The only renewal loop in tenure; every store and both APIs use it (DESIGN rules 3–5). It renews
 every ttl/3, retries with back-off inside the window, never waits for an answer past the
 deadline, and turns "the store says gone" or "the deadline passed" into loss of every lease the
-session holds.
+session holds. It tells each holder through the callbacks the holder attached (`Listener`): the
+keeper knows nothing of what a lease is.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 
 from ._clock import Clock
 from ._errors import StoreUnavailable
-from ._lease import AsyncLease
 from ._state import LeaseState, Loss, Timing
-from .stores._spi import Owner, Session, Store
+from ._values import Owner
+from .stores._spi import Session, Store
 
 log = logging.getLogger("tenure")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """What one holder of the session (a lease) is told, each at most once per event."""
+
+    lost: Callable[[str], None]
+    """The session is lost, with the reason."""
+    at_risk: Callable[[], None]
+    """Renewals are overdue: the leases are at risk."""
+    closed: Callable[[], None]
+    """The session was closed by its client: the lease is released."""
 
 
 class SessionKeeper:
@@ -27,8 +42,17 @@ class SessionKeeper:
         self.handle = handle
         self.state = state
         self.clock = clock
-        self.leases: set[AsyncLease] = set()
+        self._listeners: dict[object, Listener] = {}
         self._stopped = anyio.Event()
+
+    def attach(self, holder: object, listener: Listener) -> None:
+        """Tell ``listener`` of loss, risk and closing until ``holder`` is released."""
+        self._listeners[holder] = listener
+
+    @property
+    def holders(self) -> int:
+        """How many grants the session holds now."""
+        return len(self._listeners)
 
     @classmethod
     async def open(cls, store: Store, timing: Timing, owner: Owner, clock: Clock) -> SessionKeeper:
@@ -49,8 +73,8 @@ class SessionKeeper:
 
     def _lose_leases(self) -> None:
         reason = self.state.lost_reason or "lost"
-        for lease in list(self.leases):
-            lease._mark_lost(reason)
+        for listener in list(self._listeners.values()):
+            listener.lost(reason)
         self._stopped.set()
 
     async def run(self) -> None:
@@ -69,8 +93,8 @@ class SessionKeeper:
             at_risk_at = self.state.at_risk_at
             if now >= at_risk_at and warned_at != at_risk_at:
                 warned_at = at_risk_at
-                for lease in list(self.leases):
-                    lease._mark_at_risk()
+                for listener in list(self._listeners.values()):
+                    listener.at_risk()
             wake = self.state.deadline if warned_at == at_risk_at else at_risk_at
             await anyio.sleep(max(0.0, min(wake, self.state.deadline) - now))
 
@@ -115,23 +139,24 @@ class SessionKeeper:
         self._lose_leases()
         return False
 
-    async def release(self, lease: AsyncLease) -> None:
-        self.leases.discard(lease)
-        if lease.lost:
+    async def release(self, holder: object, name: str, token: int, lost: bool) -> None:
+        """Forget ``holder``; unless its grant is ``lost``, delete the lock in the store."""
+        self._listeners.pop(holder, None)
+        if lost:
             return
         try:
             with anyio.CancelScope(shield=True):
-                await self.store.release(self.handle, lease.name, lease.token)
+                await self.store.release(self.handle, name, token)
         except StoreUnavailable as exc:
             # The lock cannot be deleted now; stop renewing the session so it expires within ttl.
-            self.lose(f"release of {lease.name!r} failed ({exc}); session abandoned")
+            self.lose(f"release of {name!r} failed ({exc}); session abandoned")
 
     async def close(self) -> None:
         """Release everything the session holds and end it (shielded from cancellation)."""
         self._stopped.set()
-        for lease in list(self.leases):
-            lease.released = True
-        self.leases.clear()
+        listeners, self._listeners = list(self._listeners.values()), {}
+        for listener in listeners:
+            listener.closed()
         if self.state.lost:
             return
         self.state.lose("session closed", Loss.CLOSED)
