@@ -78,8 +78,11 @@ class Unavailable:
     timeout: float | None = None
     """What a ``TimeoutError`` means: "no answer within <timeout>s" (None: "no answer")."""
 
-    def __call__(self, problem: object) -> StoreUnavailable:
-        return StoreUnavailable(f"{self.where}: {scrub(str(problem), list(self.secrets))}")
+    def __call__(self, problem: object, *, whole: bool = False) -> StoreUnavailable:
+        """``whole``: ``problem`` is already secret-free and made by the store from lines this
+        kit made (a summary of several servers' errors): kept as it is, not scrubbed nor cut."""
+        text = str(problem) if whole else scrub(str(problem), list(self.secrets))
+        return StoreUnavailable(f"{self.where}: {text}")
 
     def of(self, exc: BaseException) -> StoreUnavailable:
         """The error for a driver's exception: a TLS failure by its reason, a timeout as such."""
