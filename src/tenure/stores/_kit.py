@@ -122,6 +122,9 @@ class Backoff:
 
     first: float = 0.005
     most: float = 0.5
+    jitter: bool = True
+    """False: the waits are exactly ``first``, twice that, … (one client pacing its own tries,
+    as etcd's fail-over through its members: nobody to spread out from)."""
     _next: float = field(default=0.0, init=False)
 
     def reset(self) -> None:
@@ -129,7 +132,7 @@ class Backoff:
 
     def delay(self) -> float:
         self._next = min(self.most, self._next * 2 if self._next else self.first)
-        return self._next * random.uniform(0.5, 1.0)
+        return self._next * random.uniform(0.5, 1.0) if self.jitter else self._next
 
     async def sleep(self) -> None:
         await anyio.sleep(self.delay())
