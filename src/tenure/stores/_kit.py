@@ -213,6 +213,7 @@ class StoreURL:
     store: str
     """The store's name in messages ("etcd", "Redis", …)."""
     usage: str
+    """How to write one, shown after each error ("" for none)."""
     parts: SplitResult
     quote: bool = True
     """Messages show the (redacted) URL; False where a password could reach it unredacted."""
@@ -226,7 +227,8 @@ class StoreURL:
     def bad(self, why: str) -> InvalidArgument:
         """The one-line error for this URL (redacted: a password never shows)."""
         shown = f" {redact(self.url)!r}" if self.quote else ""
-        return InvalidArgument(f"bad {self.store} store URL{shown}: {why} (use {self.usage})")
+        use = f" (use {self.usage})" if self.usage else ""
+        return InvalidArgument(f"bad {self.store} store URL{shown}: {why}{use}")
 
     def hosts(self, default_port: int) -> list[tuple[str, int]]:
         return parse_hosts(self.parts.netloc, default_port, self.bad)
@@ -255,9 +257,16 @@ class StoreURL:
 
 
 def parse_url(
-    url: str, schemes: Sequence[str], store: str, usage: str, *, quote: bool = True
+    url: str,
+    schemes: Sequence[str],
+    store: str,
+    usage: str,
+    *,
+    quote: bool = True,
+    fragment: str = "no fragment allowed",
 ) -> StoreURL:
-    """Split ``url``; refuse a scheme not in ``schemes`` and a fragment, in one line."""
+    """Split ``url``; refuse a scheme not in ``schemes`` and a fragment (``fragment`` says
+    why), in one line."""
     checked = StoreURL(url, store, usage, SplitResult("", "", "", "", ""), quote)
     try:
         checked.parts = urlsplit(url)
@@ -266,5 +275,5 @@ def parse_url(
     if checked.scheme not in schemes:
         raise checked.bad(f"the scheme is not {' or '.join(schemes)}")
     if checked.parts.fragment:
-        raise checked.bad("no fragment allowed")
+        raise checked.bad(fragment)
     return checked
