@@ -263,10 +263,10 @@ def parse_url(
     usage: str,
     *,
     quote: bool = True,
-    fragment: str = "no fragment allowed",
+    fragment: str | None = "no fragment allowed",
 ) -> StoreURL:
     """Split ``url``; refuse a scheme not in ``schemes`` and a fragment (``fragment`` says
-    why), in one line."""
+    why; None: the store checks it itself, after checks of its own), in one line."""
     checked = StoreURL(url, store, usage, SplitResult("", "", "", "", ""), quote)
     try:
         checked.parts = urlsplit(url)
@@ -274,6 +274,6 @@ def parse_url(
         raise checked.bad(str(exc) if quote else "not a URL") from None
     if checked.scheme not in schemes:
         raise checked.bad(f"the scheme is not {' or '.join(schemes)}")
-    if checked.parts.fragment:
+    if fragment is not None and checked.parts.fragment:
         raise checked.bad(fragment)
     return checked
