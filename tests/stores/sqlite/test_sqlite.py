@@ -21,6 +21,7 @@ from tenure._clock import REAL_CLOCK
 from tenure.stores import sqlite as sqlite_store
 from tenure.stores._spi import Grant, Owner, Session
 from tenure.stores.sqlite import SQLiteStore
+from tenure.stores.sqlite import events as sqlite_events
 
 pytestmark = pytest.mark.anyio
 
@@ -399,7 +400,7 @@ async def test_a_hold_back_from_an_earlier_boot_is_over(tmp_path: Path) -> None:
 async def test_events_stay_bounded_and_a_watch_left_behind_gets_the_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sqlite_store, "EVENTS_KEPT", 5)
+    monkeypatch.setattr(sqlite_events, "EVENTS_KEPT", 5)
     db = tmp_path / "s.db"
     store = SQLiteStore.from_url(url(db))
     session = await store.open_session(10, Owner("h", 1))

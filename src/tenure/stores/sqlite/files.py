@@ -1,7 +1,8 @@
-"""The embedded store's files must be writable by their owner only.
+"""The store's files: where the default one lives, and that they are writable by their owner only.
 
 Whoever can write the database (or its directory: replace the file, plant its ``-wal``) can
-forge a lock or lower a token, so tenure refuses such a file instead of trusting it.
+forge a lock or lower a token, so tenure refuses such a file instead of trusting it, and makes
+its own files owner-only from the start.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ import os
 import stat
 from pathlib import Path
 
-from .._errors import InvalidArgument
+import platformdirs
+
+from ..._errors import InvalidArgument
+
+SIDE_FILES = ("-wal", "-shm", "-wake")
+"""What SQLite (and the wake-up FIFOs' directory) put beside the database file."""
+
+
+def default_path() -> Path:
+    return platformdirs.user_state_path("tenure") / "locks.db"
 
 
 def others_can_write(st: os.stat_result) -> str | None:
@@ -37,7 +47,7 @@ def check_owner_only(path: Path) -> None:
             f" whoever can write it can forge a lock. Fix: chmod go-w {directory}, or keep the"
             " store in a directory only you can write (mkdir -m 700)"
         )
-    for side in (path, *(path.with_name(path.name + end) for end in ("-wal", "-shm", "-wake"))):
+    for side in (path, *(path.with_name(path.name + end) for end in SIDE_FILES)):
         try:
             why = others_can_write(side.stat())
         except FileNotFoundError:
@@ -47,3 +57,15 @@ def check_owner_only(path: Path) -> None:
                 f"refusing the store {path}: {side} is not yours alone ({why}); whoever can"
                 f" write it can forge a lock. Fix: chmod go-w {side} (and check who wrote it)"
             )
+
+
+def create_owner_only(path: Path) -> None:
+    """Create the database file if it is not there, owner-only from the start (whatever the
+    umask): whoever can write this file can forge a lock."""
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+
+
+def wake_directory(path: Path) -> Path:
+    """Where the wake-up FIFOs of the store in ``path`` live."""
+    return path.with_name(path.name + "-wake")
