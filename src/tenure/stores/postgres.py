@@ -94,11 +94,11 @@ import re
 import secrets
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlunsplit
 
 import anyio
 
@@ -113,6 +113,8 @@ from ._connect import (
     scrub,
     url_options,
 )
+from ._kit import InDoubt, Unavailable, owner_of, parse_url
+from ._registry import BY_SCHEME
 from ._spi import (
     Busy,
     Capabilities,
@@ -159,6 +161,7 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 WAITER_CHANNEL = "tenure_w_"
 WATCH_CHANNEL = "tenure_o_"
 STORE = "PostgreSQL"
+SCHEMES = BY_SCHEME["postgresql"].schemes
 COMMON_TO_LIBPQ = {
     "ca": "sslrootcert",
     "cert": "sslcert",
@@ -633,6 +636,221 @@ class PostgresSession(Session):
     ttl: float
 
 
+Call = Callable[["AsyncConnection[Any]"], Awaitable[T]]
+"""What `Commands.run` runs: one statement on the command connection."""
+Row = tuple[Any, ...] | None
+
+
+async def one(conn: AsyncConnection[Any], query: Composed, params: dict[str, Any]) -> Row:
+    """``query``'s first row (None if it returns none)."""
+    cur = await conn.execute(query, params)
+    return await cur.fetchone() if cur.description is not None else None
+
+
+def statement(query: Composed, params: dict[str, Any]) -> Call[Row]:
+    """``query`` with ``params`` as a call for `Commands.run`: its first row."""
+
+    async def call(conn: AsyncConnection[Any]) -> Row:
+        return await one(conn, query, params)
+
+    return call
+
+
+# -- the transport ---------------------------------------------------------------------------
+
+
+class Transport:
+    """How the store reaches its server: libpq's connection string (everything in it: host,
+    TLS, credentials, libpq's options), and the one-line error of a failure."""
+
+    def __init__(self, dsn: str, shown: str | None = None) -> None:
+        """``dsn``: libpq's connection string (or URL); ``shown``: the URL to show, redacted
+        here."""
+        self.dsn = dsn
+        self.shown = redact(shown if shown is not None else dsn)
+        self.unavailable = Unavailable(
+            f"{STORE} store {self.shown}", _secrets_in(dsn), CALL_TIMEOUT
+        )
+        self._add_connect_timeout = "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn)
+
+    async def connect(self) -> AsyncConnection[Any]:
+        """A new connection, in autocommit, within ``connect_timeout`` (`CONNECT_TIMEOUT` unless
+        the URL sets one). psycopg's errors come out as they are."""
+        if self._add_connect_timeout:
+            return await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            )
+        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+
+
+class Commands:
+    """The store's command connection: one call at a time, each one statement in autocommit;
+    reopened (and set up: ``setup``) when broken; owed cleanups first."""
+
+    def __init__(
+        self, transport: Transport, setup: Callable[[AsyncConnection[Any]], Awaitable[None]]
+    ) -> None:
+        self.transport = transport
+        self._setup = setup
+        self._lock = anyio.Lock()  # one command at a time on the command connection
+        self.conn: AsyncConnection[Any] | None = None
+        self.owed: InDoubt[Call[object]] = InDoubt()
+        """Releases and leaves whose outcome is in doubt (the store went away): done again,
+        idempotently, one statement each, before the next call, so no lock stays held by
+        nobody."""
+
+    async def _connection(self) -> AsyncConnection[Any]:
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            return conn
+        self.conn = None
+        conn = await self.transport.connect()
+        try:
+            # Every call relies on READ COMMITTED (see FUNCTIONS), whatever the server's
+            # default; a client paused inside a transaction must not hold a name's row for long.
+            await conn.execute(
+                "SET default_transaction_isolation = 'read committed';"
+                " SET idle_in_transaction_session_timeout = 10000"
+            )
+            await self._setup(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self.conn = conn
+        return conn
+
+    async def drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+
+    async def run(self, fn: Call[T]) -> T:
+        """Run ``fn(conn)`` on the command connection (reopened if needed).
+
+        ``fn`` is one statement, in autocommit: its own transaction, one round trip. Every one
+        is idempotent (a grant by its request id), so one that failed as a reused connection
+        turned out dead (e.g. the server restarted) is sent once more on a fresh one; deadlocks
+        and serialization failures (rolled back whole) are retried too. Owed cleanups go first.
+        psycopg's errors come out as ``StoreUnavailable``; a call that fails or is interrupted
+        drops the connection, so the next call starts from a fresh one in a known state.
+        """
+        async with self._lock:
+            try:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    reused = self.conn is not None
+                    conn = await self._connection()
+                    retries = 0
+                    while True:
+                        try:
+                            while self.owed:
+                                cleanup = next(iter(self.owed))
+                                await cleanup(conn)
+                                self.owed.discard(cleanup)
+                            return await fn(conn)
+                        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
+                            # Not Backoff: a few fixed, short steps, then the error.
+                            if retries == RETRIES:
+                                raise
+                            retries += 1
+                            await anyio.sleep(0.001 * 2**retries)
+                        except psycopg.OperationalError:
+                            if not reused:
+                                raise
+                            await self.drop()
+                            reused = False
+                            conn = await self._connection()
+            except StoreUnavailable:
+                raise
+            except (psycopg.Error, TimeoutError, OSError) as exc:
+                await self.drop()
+                raise self.transport.unavailable.of(exc) from exc
+            except BaseException:
+                await self.drop()
+                raise
+
+    async def fetch(self, query: Composed, params: dict[str, Any]) -> Row:
+        """``query``'s first row, run as one call."""
+        return await self.run(statement(query, params))
+
+
+async def ensure_schema(
+    conn: AsyncConnection[Any],
+    schema: str,
+    q: Mapping[str, Composed],
+    setup: Composed,
+    unavailable: Unavailable,
+) -> None:
+    """Create the schema, or migrate version 1 in place; refuse a newer version.
+
+    Version 1 -> 2 adds a nullable column and the functions, nothing else: a client of
+    version 1 still connected keeps working beside version 2 (same tables, same per-name
+    row lock; it ignores the NOTIFY payload), and a version-1 client connecting afterwards
+    is refused by its own version check. Version 2 -> 3 adds a nullable column, a table and
+    functions, and replaces the bodies of the others, keeping their signatures: a version-2
+    client still connected keeps working (its changes are announced too); one connecting
+    afterwards is refused. The ``records`` table came later within version 3 (a table that
+    no older client touches, so the version stays): it is created here if it is missing.
+    Version 3 -> 4 (lock-delay) adds a column with a default, a table and a trigger, and
+    replaces function bodies, keeping their signatures: a version-3 client still connected
+    keeps working and is held back like any other (the functions and the trigger judge);
+    its own sessions have no lock-delay.
+    """
+
+    async def version() -> int:
+        row = await (await conn.execute(q["version"])).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def table(name: str) -> dict[str, str]:
+        return {"schema": schema, "table": name}
+
+    try:
+        found = await version()
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+        found = 0
+    if found < SCHEMA_VERSION:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+            has_meta = await one(conn, q["has_table"], table("meta"))
+            found = await version() if has_meta and has_meta[0] else 0
+            if found < SCHEMA_VERSION:
+                await conn.execute(setup)
+        found = await version()
+    if found != SCHEMA_VERSION:
+        raise unavailable(
+            f"schema {schema!r} has version {found}, this tenure knows version {SCHEMA_VERSION}"
+        )
+    has_records = await one(conn, q["has_table"], table("records"))
+    if not (has_records and has_records[0]):
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+            await conn.execute(q["records"])
+
+
+# -- the listening connection ----------------------------------------------------------------
+
+
+class Waiter(Protocol):
+    """Who sleeps in `Listener.sleep`: a waiter's ticket, or a watch."""
+
+    event: anyio.Event
+
+    @property
+    def woken(self) -> bool: ...
+
+
+class Route(Protocol):
+    """Where the notifications of one channel go."""
+
+    def notified(self, payload: str) -> None: ...
+
+    def reconnected(self) -> None:
+        """A new listening connection replaced one that broke: what was in flight is gone."""
+
+    def dropped(self) -> None:
+        """The listening connection is gone: nothing is heard until one listens again."""
+
+
 @dataclass(eq=False)
 class Ticket:
     """A place in the queue, and the channel its wake-up comes on."""
@@ -647,6 +865,284 @@ class Ticket:
     """The token a release handed us, as its NOTIFY said (committed: NOTIFY comes on commit)."""
     event: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
+    def notified(self, payload: str) -> None:
+        """``payload`` is 'seq token' of the hand-over: ours if the seq is our place."""
+        seq, _, token = payload.partition(" ")
+        if seq == str(self.seq) and token.isdigit():
+            self.handed = int(token)
+        self.woken = True
+        self.event.set()
+
+    def reconnected(self) -> None:
+        pass
+
+    def dropped(self) -> None:
+        pass  # a waiter polls meanwhile (its retry time), until attempt listens again
+
+
+class Listener:
+    """The store's one listening connection (LISTEN/NOTIFY), shared by its waiters and
+    watches: each channel's notifications go to its `Route`.
+
+    Whichever sleeper finds nobody reading becomes the reader and passes on the others'
+    notifications; LISTEN and UNLISTEN take the connection from the reader for a moment.
+    ``connect`` opens a connection; ``unavailable`` makes the error of a failure.
+    """
+
+    def __init__(
+        self, connect: Callable[[], Awaitable[AsyncConnection[Any]]], unavailable: Unavailable
+    ) -> None:
+        self._connect = connect
+        self._unavailable = unavailable
+        self._lock = anyio.Lock()  # LISTEN and reading notifications take turns
+        self.conn: AsyncConnection[Any] | None = None
+        self.pid = 0
+        """Backend pid of the listening connection (a queue row names it)."""
+        self.generation = 0
+        """Counts listening connections: a watch knows the one it listens on."""
+        self._listening: set[str] = set()  # channels LISTENed on the current connection
+        self._routes: dict[str, Route] = {}  # channel -> who hears it
+        self._claimed: set[str] = set()  # channels picked by an attempt not yet returned
+        self._early: dict[str, str] = {}  # channel -> a payload that came before its route
+        self._waiting: set[Waiter] = set()  # inside sleep()
+        self._reader: Waiter | None = None  # reading notifications for all
+        self._reading: anyio.CancelScope | None = None
+        self._pending = 0
+        self.notifications = 0
+        """Notifications received (a release wakes one waiter: one notification)."""
+
+    # -- who hears what ----------------------------------------------------------------------
+
+    def route(self, channel: str, to: Route) -> None:
+        """From now on, ``channel``'s notifications go to ``to`` (one that came early too)."""
+        self._routes[channel] = to
+        early = self._early.pop(channel, None)
+        if early is not None:  # its NOTIFY came before we got here
+            to.notified(early)
+
+    def unroute(self, channel: str, route: Route | None = None) -> None:
+        """``channel``'s notifications go nowhere any more (if ``route``: only if to it)."""
+        if route is None or self._routes.get(channel) is route:
+            self._routes.pop(channel, None)
+        self._early.pop(channel, None)
+
+    def routed(self, channel: str) -> Route | None:
+        return self._routes.get(channel)
+
+    def routes(self) -> list[tuple[str, Route]]:
+        return list(self._routes.items())
+
+    def claim(self, channel: str) -> None:
+        """Keep what comes on ``channel`` until it is routed (its attempt has not returned)."""
+        self._claimed.add(channel)
+
+    def unclaim(self, channel: str) -> None:
+        self._claimed.discard(channel)
+
+    def spare_channel(self, *, listened_only: bool) -> str | None:
+        """A waiter's channel already listened on and free; else a new one (None if
+        ``listened_only``)."""
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            for channel in self._listening:
+                if (
+                    channel.startswith(WAITER_CHANNEL)
+                    and channel not in self._routes
+                    and channel not in self._claimed
+                ):
+                    return channel
+        return None if listened_only else f"{WAITER_CHANNEL}{uuid.uuid4().hex}"
+
+    def lost(self, generation: int) -> bool:
+        """Whether the connection of ``generation`` is gone (or replaced: not listening)."""
+        conn = self.conn
+        return conn is None or conn.closed or generation != self.generation
+
+    # -- listening ---------------------------------------------------------------------------
+
+    async def listen(self, channel: str) -> int:
+        """LISTEN on ``channel`` (connecting the listener if needed); its backend pid."""
+        conn = self.conn
+        if conn is not None and not conn.closed and channel in self._listening:
+            return self.pid
+        self._pending += 1
+        try:
+            if self._reading is not None:
+                self._reading.cancel()  # the reader gives the connection up for a moment
+            async with self._lock:
+                with anyio.fail_after(CALL_TIMEOUT):
+                    conn = self.conn
+                    reused = conn is not None and not conn.closed
+                    while True:
+                        if conn is None or conn.closed:
+                            self._listening = set()
+                            for route in list(self._routes.values()):
+                                route.reconnected()
+                            conn = await self._connect()
+                            self.conn = conn
+                            self.pid = conn.info.backend_pid
+                            self.generation += 1
+                        listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
+                        try:
+                            await conn.execute(listen)
+                        except psycopg.OperationalError:
+                            if not reused:
+                                raise
+                            self.drop(conn)  # died while idle: once more, afresh
+                            conn, reused = None, False
+                            continue
+                        self._listening.add(channel)
+                        return self.pid
+        except (psycopg.Error, TimeoutError, OSError) as exc:
+            if conn is not None:
+                self.drop(conn)
+            raise self._unavailable.of(exc) from exc
+        finally:
+            self._pending -= 1
+
+    async def unlisten(self, channel: str) -> None:
+        conn = self.conn
+        if conn is None or conn.closed or channel not in self._listening:
+            return
+        self._pending += 1
+        try:
+            if self._reading is not None:
+                self._reading.cancel()  # the reader gives the connection up for a moment
+            async with self._lock:
+                if conn is self.conn and not conn.closed:
+                    with anyio.fail_after(CALL_TIMEOUT):
+                        await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
+                    self._listening.discard(channel)
+        except (psycopg.Error, TimeoutError, OSError):
+            self.drop(conn)
+        finally:
+            self._pending -= 1
+
+    def drop(self, conn: AsyncConnection[Any]) -> None:
+        """Give ``conn`` up (if it is the listening connection: nothing listens now)."""
+        if self.conn is conn:
+            self.conn = None
+            self._listening = set()
+            for route in list(self._routes.values()):
+                route.dropped()
+        if not conn.closed:
+            conn.pgconn.finish()  # what AsyncConnection.close() does, without awaiting
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.drop(self.conn)
+
+    # -- sleeping --------------------------------------------------------------------------
+
+    async def sleep(self, waiter: Waiter, timeout: float) -> None:
+        """Until ``waiter`` is woken (a waiter's or a watch's notification), or ``timeout``.
+        If the listener is broken this is plain sleep: polling, until one listens again."""
+        self._waiting.add(waiter)
+        try:
+            with anyio.move_on_after(timeout):
+                while not waiter.woken:
+                    conn = self.conn
+                    if self._reader is None and conn is not None and not conn.closed:
+                        await self._read_until(waiter, conn)
+                    else:
+                        await waiter.event.wait()
+                        waiter.event = anyio.Event()
+        finally:
+            self._waiting.discard(waiter)
+            if self._reader is None:
+                for other in self._waiting:  # let another one take over the reading
+                    other.event.set()
+                    break
+
+    async def _read_until(self, waiter: Waiter, conn: AsyncConnection[Any]) -> None:
+        self._reader = waiter
+        try:
+            async with self._lock:
+                if conn is not self.conn:
+                    return
+                with anyio.CancelScope() as scope:
+                    self._reading = scope
+                    if self._pending:
+                        scope.cancel()  # someone needs the connection for LISTEN first
+                    try:
+                        while not waiter.woken:
+                            # Whole batches (psycopg >= 3.2): leaving notifies() within one
+                            # drops the rest of it, and a watch must see every announcement.
+                            notes = conn.notifies(stop_after=1)
+                            async with contextlib.aclosing(notes):
+                                async for note in notes:
+                                    self._dispatch(note)
+                    finally:
+                        self._reading = None
+        except (psycopg.Error, OSError):
+            self.drop(conn)  # waiters poll until attempt listens again
+        finally:
+            self._reader = None
+
+    def _dispatch(self, note: Notify) -> None:
+        self.notifications += 1
+        route = self._routes.get(note.channel)
+        if route is not None:
+            route.notified(note.payload)
+        elif note.channel in self._claimed:
+            self._early[note.channel] = note.payload  # its attempt has not returned yet
+
+
+# -- watches ---------------------------------------------------------------------------------
+
+
+def watch_channel(schema: str, name: str) -> str:
+    """The channel of ``name``'s announcements (a channel is an identifier: <= 63 bytes)."""
+    digest = hashlib.sha256(f"{schema}\0{name}".encode()).hexdigest()
+    return WATCH_CHANNEL + digest[:32]
+
+
+class Announcements:
+    """The `Route` of one name's channel: its open watches on this store, and the parts of a
+    long announcement (see the ``announce`` function)."""
+
+    def __init__(self, name: str, channel: str) -> None:
+        self.name = name
+        self.channel = channel
+        self.watches: list[PostgresWatch] = []
+        self._parts: list[str] = []
+
+    def notified(self, payload: str) -> None:
+        """Queue the change that ``payload`` announces."""
+        if payload.startswith(("+", "$")):  # one part of a long one
+            piece = payload.partition(" ")[2]
+            if payload[0] == "+":
+                self._parts.append(piece)
+                return
+            payload, self._parts = "".join(self._parts) + piece, []
+        try:
+            data = json.loads(payload)
+            if "mark" in data:
+                for watch in self.watches:
+                    if watch.mark == data["mark"]:
+                        watch.mark, watch.mark_at = None, len(watch.changes)
+                return
+            holder = None
+            if "token" in data:
+                value = data["value"]
+                holder = LockInfo(
+                    self.name, int(data["token"]), owner_of(data), float(data["expires"]), 0, value
+                )
+        except (ValueError, TypeError, KeyError):
+            return  # not ours: anyone may NOTIFY any channel
+        for watch in self.watches:
+            if watch.mark is None:
+                watch.changes.append(Change(watch.name, holder))
+                watch.event.set()
+
+    def reconnected(self) -> None:
+        self._parts.clear()  # the rest of those will never come
+
+    def dropped(self) -> None:
+        self._parts.clear()
+        for watch in self.watches:
+            watch.event.set()  # to listen again and report the state (see next)
+
 
 class PostgresWatch(Watch):
     """The changes of one name, announced on its channel to the store's listening connection.
@@ -656,32 +1152,99 @@ class PostgresWatch(Watch):
     reported); while it cannot, ``next`` raises ``StoreUnavailable``.
     """
 
-    def __init__(self, store: PostgresStore, name: str) -> None:
-        self.store = store
-        self.name = name
-        digest = hashlib.sha256(f"{store.schema}\0{name}".encode()).hexdigest()
-        self.channel = WATCH_CHANNEL + digest[:32]  # a channel is an identifier: <= 63 bytes
+    def __init__(
+        self,
+        announcements: Announcements,
+        listener: Listener,
+        commands: Commands,
+        q: Mapping[str, Composed],
+    ) -> None:
+        self._announcements = announcements
+        self._listener = listener
+        self._commands = commands
+        self._q = q
+        self.name = announcements.name
+        self.channel = announcements.channel
         self.changes: list[Change] = []
         self.mark: str | None = ""
         """Our registration's own NOTIFY, until it comes: what comes before it is older."""
         self.mark_at = 0
         """Where in ``changes`` our mark came: the state read by the registration goes there."""
-        self.listener = 0
+        self.pid = 0
         """Backend pid of the listening connection we registered."""
         self.generation = -1
-        """Of the listening connection we listen on (see ``PostgresStore._listen``)."""
+        """Of the listening connection we listen on (see `Listener.listen`)."""
         self.closed = False
         self.event = anyio.Event()
 
     @property
     def woken(self) -> bool:
-        return bool(self.changes) or self.store._lost_listener(self)
+        return bool(self.changes) or self._listener.lost(self.generation)
+
+    async def subscribe(self, *, report: bool) -> None:
+        """Listen and register (see the ``watch`` function): changes after that are announced.
+        If ``report``, queue the state then as one change, where it belongs: before what is
+        announced after our mark."""
+        self.mark = ""  # nothing counts until our new mark comes
+        pid = await self._listener.listen(self.channel)
+        generation = self._listener.generation
+
+        async def register(conn: AsyncConnection[Any]) -> Row:
+            self.mark = uuid.uuid4().hex  # a new one if sent again
+            params = {
+                "name": self.name,
+                "channel": self.channel,
+                "listener": pid,
+                "mark": self.mark,
+            }
+            return await one(conn, self._q["watch"], params)
+
+        row = await self._commands.run(register)
+        assert row is not None
+        self.pid, self.generation = pid, generation
+        if report:
+            token, value, host, pid, label, expires_in = row
+            holder = None
+            if token is not None:
+                holder = LockInfo(
+                    self.name, int(token), Owner(host, pid, label), expires_in, 0, value
+                )
+            at = len(self.changes) if self.mark is not None else self.mark_at
+            self.changes.insert(at, Change(self.name, holder))
 
     async def next(self, timeout: float) -> list[Change]:
-        return await self.store._next(self, timeout)
+        deadline = anyio.current_time() + timeout
+        while not self.closed:
+            if not self.changes and self._listener.lost(self.generation):
+                await self.subscribe(report=True)  # queues a change, or raises
+            remaining = deadline - anyio.current_time()
+            if self.changes or remaining <= 0:
+                break
+            await self._listener.sleep(self, remaining)
+        changes, self.changes = self.changes, []
+        return changes
 
     async def aclose(self) -> None:
-        await self.store._unwatch(self)
+        """Stop listening and unregister once the name's last watch here closes (best effort:
+        what is left is dropped when the listening connection ends)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.event.set()
+        watches = self._announcements.watches
+        if self in watches:
+            watches.remove(self)
+        if watches:
+            return  # others here still watch the name
+        self._listener.unroute(self.channel, self._announcements)
+        await self._listener.unlisten(self.channel)
+        listeners = [self.pid, self._listener.pid]
+        unwatch = statement(self._q["unwatch"], {"name": self.name, "listeners": listeners})
+        with contextlib.suppress(StoreUnavailable):
+            await self._commands.run(unwatch)
+
+
+# -- the store -------------------------------------------------------------------------------
 
 
 class PostgresStore(Store, Elections, Records):
@@ -700,36 +1263,22 @@ class PostgresStore(Store, Elections, Records):
     def __init__(self, dsn: str, schema: str = DEFAULT_SCHEMA, shown: str | None = None) -> None:
         """``dsn``: libpq's connection string (or URL), everything in it; ``shown``: the URL
         to show, redacted here."""
-        self._dsn = dsn
-        self._shown = redact(shown if shown is not None else dsn)
-        self._secrets = _secrets_in(dsn)  # never in a message
-        self._add_connect_timeout = "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(dsn)
+        self.transport = Transport(dsn, shown)
         self.schema = schema
         ident = sql.Identifier(schema)
         self._q: dict[str, Composed] = {k: sql.SQL(v).format(s=ident) for k, v in QUERIES.items()}
-        self._setup = sql.SQL(SCHEMA).format(s=ident)
-        self._lock = anyio.Lock()  # one command at a time on the command connection
-        self._conn: AsyncConnection[Any] | None = None
-        self._listen_lock = anyio.Lock()  # LISTEN and reading notifications take turns
-        self._listen_conn: AsyncConnection[Any] | None = None
-        self._listen_pid = 0
-        self._listening: set[str] = set()  # channels LISTENed on the current connection
-        self._listen_generation = 0  # counts listening connections: a watch knows its own
-        self._watches: dict[str, list[PostgresWatch]] = {}  # channel -> its open watches
-        self._parts: dict[str, list[str]] = {}  # channel -> parts of a long announcement
-        self._tickets: dict[str, Ticket] = {}  # channel -> the ticket waiting on it
-        self._claimed: set[str] = set()  # channels picked by an attempt not yet returned
-        self._early: dict[str, str] = {}  # channel -> a payload that came before its ticket
-        self._waiting: set[Ticket | PostgresWatch] = set()  # inside wait() or Watch.next()
-        self._reader: Ticket | PostgresWatch | None = None  # reading notifications for all
-        self._reading: anyio.CancelScope | None = None
-        self._listen_pending = 0
-        self._owed: list[Callable[[AsyncConnection[Any]], Awaitable[object]]] = []
-        """Releases and leaves whose outcome is in doubt (the store went away): done again,
-        idempotently, one statement each, before the next call, so no lock stays held by
-        nobody."""
-        self.notifications = 0
-        """Notifications received (a release wakes one waiter: one notification)."""
+        setup = sql.SQL(SCHEMA).format(s=ident)
+        self.commands = Commands(
+            self.transport,
+            partial(
+                ensure_schema,
+                schema=schema,
+                q=self._q,
+                setup=setup,
+                unavailable=self.transport.unavailable,
+            ),
+        )
+        self.listener = Listener(self.transport.connect, self.transport.unavailable)
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> PostgresStore:
@@ -740,173 +1289,27 @@ class PostgresStore(Store, Elections, Records):
             raise InvalidArgument(
                 "the PostgreSQL store needs psycopg: pip install 'tenure[postgres]'"
             )
-        shown = redact(url)
-        try:
-            parts = urlsplit(url)
-            parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
-        except ValueError as exc:
-            raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {exc}") from None
-        if parts.fragment:
-            raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: no #fragment allowed")
-        common, rest = url_options(url, STORE)
-        schema, libpq, passthrough = _split_query(rest, shown)
-        params = _libpq_params(options.over(common), libpq)
-        host = parts.netloc.rpartition("@")[2]  # user and password go as parameters
-        dsn = urlunsplit((parts.scheme, host, parts.path, urlencode(passthrough), ""))
-        try:
-            conninfo = psycopg.conninfo.make_conninfo(dsn, **params)  # checked by libpq
-        except psycopg.Error as exc:
-            pairs = [*params.items(), *passthrough]
-            hidden = [value for key, value in pairs if key in SECRET_QUERY]
-            reason = scrub(str(exc), hidden)
-            raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {reason}") from None
-        return cls(conninfo, schema, shown=url)
+        dsn, schema = conninfo(url, options)
+        return cls(dsn, schema, shown=url)
 
     @property
     def url(self) -> str:
-        return self._shown
+        return self.transport.shown
 
-    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def notifications(self) -> int:
+        """Notifications received (a release wakes one waiter: one notification)."""
+        return self.listener.notifications
 
-    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
-        if isinstance(exc, TimeoutError):
-            reason = f"no answer within {CALL_TIMEOUT:g}s"
-        else:
-            reason = scrub(str(exc) or type(exc).__name__, self._secrets)
-        return StoreUnavailable(f"PostgreSQL store {self._shown}: {reason}")
+    @property
+    def _dsn(self) -> str:  # read by testing/chaos/guards.py, until it uses connect() and holds()
+        return self.transport.dsn
 
-    async def _connect(self) -> AsyncConnection[Any]:
-        if self._add_connect_timeout:
-            return await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
-            )
-        return await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+    def _call(self, query: str, params: dict[str, Any]) -> Call[Row]:
+        return statement(self._q[query], params)
 
-    async def _command_connection(self) -> AsyncConnection[Any]:
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
-        self._conn = None
-        conn = await self._connect()
-        try:
-            # Every call relies on READ COMMITTED (see FUNCTIONS), whatever the server's
-            # default; a client paused inside a transaction must not hold a name's row for long.
-            await conn.execute(
-                "SET default_transaction_isolation = 'read committed';"
-                " SET idle_in_transaction_session_timeout = 10000"
-            )
-            await self._ensure_schema(conn)
-        except BaseException:
-            await conn.close()
-            raise
-        self._conn = conn
-        return conn
-
-    async def _ensure_schema(self, conn: AsyncConnection[Any]) -> None:
-        """Create the schema, or migrate version 1 in place; refuse a newer version.
-
-        Version 1 -> 2 adds a nullable column and the functions, nothing else: a client of
-        version 1 still connected keeps working beside version 2 (same tables, same per-name
-        row lock; it ignores the NOTIFY payload), and a version-1 client connecting afterwards
-        is refused by its own version check. Version 2 -> 3 adds a nullable column, a table and
-        functions, and replaces the bodies of the others, keeping their signatures: a version-2
-        client still connected keeps working (its changes are announced too); one connecting
-        afterwards is refused. The ``records`` table came later within version 3 (a table that
-        no older client touches, so the version stays): it is created here if it is missing.
-        Version 3 -> 4 (lock-delay) adds a column with a default, a table and a trigger, and
-        replaces function bodies, keeping their signatures: a version-3 client still connected
-        keeps working and is held back like any other (the functions and the trigger judge);
-        its own sessions have no lock-delay.
-        """
-        try:
-            version = await self._version(conn)
-        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
-            version = 0
-        if version < SCHEMA_VERSION:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-                has_meta = await self._one(conn, self._q["has_table"], self._table("meta"))
-                version = await self._version(conn) if has_meta and has_meta[0] else 0
-                if version < SCHEMA_VERSION:
-                    await conn.execute(self._setup)
-            version = await self._version(conn)
-        if version != SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"PostgreSQL store {self._shown}: schema {self.schema!r} has version {version},"
-                f" this tenure knows version {SCHEMA_VERSION}"
-            )
-        has_records = await self._one(conn, self._q["has_table"], self._table("records"))
-        if not (has_records and has_records[0]):
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-                await conn.execute(self._q["records"])
-
-    def _table(self, table: str) -> dict[str, str]:
-        return {"schema": self.schema, "table": table}
-
-    async def _version(self, conn: AsyncConnection[Any]) -> int:
-        row = await (await conn.execute(self._q["version"])).fetchone()
-        return int(row[0]) if row is not None else 0
-
-    async def _drop_command_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-
-    async def _run(self, fn: Callable[[AsyncConnection[Any]], Awaitable[T]]) -> T:
-        """Run ``fn(conn)`` on the command connection (reopened if needed).
-
-        ``fn`` is one statement, in autocommit: its own transaction, one round trip. Every one
-        is idempotent (a grant by its request id), so one that failed as a reused connection
-        turned out dead (e.g. the server restarted) is sent once more on a fresh one; deadlocks
-        and serialization failures (rolled back whole) are retried too. Owed cleanups go first.
-        psycopg's errors come out as ``StoreUnavailable``; a call that fails or is interrupted
-        drops the connection, so the next call starts from a fresh one in a known state.
-        """
-        async with self._lock:
-            try:
-                with anyio.fail_after(CALL_TIMEOUT):
-                    reused = self._conn is not None
-                    conn = await self._command_connection()
-                    retries = 0
-                    while True:
-                        try:
-                            while self._owed:
-                                await self._owed[0](conn)
-                                del self._owed[0]
-                            return await fn(conn)
-                        except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
-                            if retries == RETRIES:
-                                raise
-                            retries += 1
-                            await anyio.sleep(0.001 * 2**retries)
-                        except psycopg.OperationalError:
-                            if not reused:
-                                raise
-                            await self._drop_command_connection()
-                            reused = False
-                            conn = await self._command_connection()
-            except StoreUnavailable:
-                raise
-            except (psycopg.Error, TimeoutError, OSError) as exc:
-                await self._drop_command_connection()
-                raise self._unavailable(exc) from exc
-            except BaseException:
-                await self._drop_command_connection()
-                raise
-
-    @staticmethod
-    async def _one(
-        conn: AsyncConnection[Any], query: Composed, params: dict[str, Any]
-    ) -> tuple[Any, ...] | None:
-        cur = await conn.execute(query, params)
-        return await cur.fetchone() if cur.description is not None else None
-
-    async def _fetch(
-        self, query: str, params: dict[str, Any], conn: AsyncConnection[Any]
-    ) -> tuple[Any, ...] | None:
-        return await self._one(conn, self._q[query], params)
+    async def _fetch(self, query: str, params: dict[str, Any]) -> Row:
+        return await self.commands.fetch(self._q[query], params)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -919,7 +1322,7 @@ class PostgresStore(Store, Elections, Records):
             "label": owner.label,
             "lock_delay": lock_delay,
         }
-        row = await self._run(partial(self._fetch, "open", params))
+        row = await self._fetch("open", params)
         assert row is not None
         return PostgresSession(int(row[0]), ttl)
 
@@ -930,11 +1333,11 @@ class PostgresStore(Store, Elections, Records):
             cur = await conn.execute(self._q["renew"], {"id": session.id})
             return cur.rowcount == 1
 
-        return await self._run(renew)
+        return await self.commands.run(renew)
 
     async def close_session(self, session: Session) -> None:
         assert isinstance(session, PostgresSession)
-        await self._run(partial(self._fetch, "close", {"id": session.id}))
+        await self._fetch("close", {"id": session.id})
 
     # -- locks ---------------------------------------------------------------------------
 
@@ -945,40 +1348,41 @@ class PostgresStore(Store, Elections, Records):
         handed the lock, one read that the lock is still its own and its session alive."""
         assert isinstance(session, PostgresSession)
         assert ticket is None or isinstance(ticket, Ticket)
+        listener = self.listener
         mine = ticket
         if mine is not None and mine.handed is not None:
             token, mine.handed = mine.handed, None
             params = {"id": session.id, "name": name, "token": token, "seq": mine.seq}
-            if await self._run(partial(self._fetch, "handed", params)) is not None:
-                self._tickets.pop(mine.channel, None)  # granted: the channel is spare again
+            if await self._fetch("handed", params) is not None:
+                listener.unroute(mine.channel)  # granted: the channel is spare again
                 return Grant(token=token, renewed_session=False)
             # else: lost meanwhile (our session expired?): the full attempt says what now
         channel: str | None = None
-        listener = 0
+        backend = 0
         if mine is not None:
-            listener = await self._listen(mine.channel)  # again, if the listener reconnected
+            backend = await listener.listen(mine.channel)  # again, if the listener reconnected
         elif enqueue:
-            channel = self._spare_channel(listened_only=True)
+            channel = listener.spare_channel(listened_only=True)
             if channel is not None:
-                self._claimed.add(channel)
+                listener.claim(channel)
         request = secrets.randbits(63)
         try:
             while True:
                 if channel is not None:
-                    listener = await self._listen(channel)  # no round trip if listened already
+                    backend = await listener.listen(channel)  # no round trip if listened already
                 params = {
                     "id": session.id,
                     "name": name,
                     "seq": None if mine is None else mine.seq,
                     "channel": mine.channel if mine is not None else channel,
-                    "listener": listener,
+                    "listener": backend,
                     "request": request,
                 }
                 try:
-                    row = await self._run(partial(self._fetch, "attempt", params))
+                    row = await self._fetch("attempt", params)
                 except StoreUnavailable:
                     # Granted or not, nobody would ever release it: release it by its request.
-                    self._owed.append(partial(self._release, session.id, name, None, request))
+                    self.commands.owed.add(self._release_call(session.id, name, None, request))
                     raise
                 assert row is not None
                 state, token, host, pid, label, expires_in, queued, seq = row
@@ -986,7 +1390,7 @@ class PostgresStore(Store, Elections, Records):
                     raise LeaseLost("the session expired")
                 if state != "busy":
                     if ticket is not None:
-                        self._tickets.pop(ticket.channel, None)  # the channel is spare again
+                        listener.unroute(ticket.channel)  # the channel is spare again
                     return Grant(token=int(token), renewed_session=state == "granted")
                 holder = None
                 if token is not None:
@@ -994,25 +1398,22 @@ class PostgresStore(Store, Elections, Records):
                         name, int(token), Owner(host, pid, label), expires_in, int(queued)
                     )
                 if mine is not None:
-                    mine.seq, mine.listener = int(seq), listener
+                    mine.seq, mine.listener = int(seq), backend
                 elif channel is not None:
-                    mine = Ticket(name, int(seq), channel, listener)
+                    mine = Ticket(name, int(seq), channel, backend)
                 elif enqueue:
                     # Busy, and we will wait: listen on a channel before our queue row exists,
                     # so a queued row always has a listener; then try again.
-                    channel = self._spare_channel(listened_only=False)
+                    channel = listener.spare_channel(listened_only=False)
                     assert channel is not None
-                    self._claimed.add(channel)
+                    listener.claim(channel)
                     continue
                 break
         finally:
             if channel is not None:
-                self._claimed.discard(channel)
+                listener.unclaim(channel)
         if mine is not None:
-            self._tickets[mine.channel] = mine
-            early = self._early.pop(mine.channel, None)
-            if early is not None:  # its NOTIFY came before we got here
-                self._wake(mine, early)
+            listener.route(mine.channel, mine)
         if holder is not None:
             retry = max(0.0, holder.expires_in) + 0.001
         elif expires_in is not None:  # held back by lock-delay: nobody is notified at its end
@@ -1024,180 +1425,40 @@ class PostgresStore(Store, Elections, Records):
         return Busy(holder=holder, ticket=mine, retry_in=retry)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
-        """Sleep until our channel is notified, or ``timeout``.
-
-        Notifications come on the store's one listening connection; whichever waiter finds
-        nobody reading becomes the reader and passes on the others' wake-ups. If the listener
-        is broken this is plain sleep: polling, until ``attempt`` listens again.
-        """
+        """Sleep until our channel is notified, or ``timeout`` (see `Listener.sleep`)."""
         assert isinstance(ticket, Ticket)
         try:
-            await self._sleep(ticket, timeout)
+            await self.listener.sleep(ticket, timeout)
         finally:
             ticket.woken = False
-
-    async def _sleep(self, waiter: Ticket | PostgresWatch, timeout: float) -> None:
-        """Until ``waiter`` is woken (a waiter's or a watch's notification), or ``timeout``."""
-        self._waiting.add(waiter)
-        try:
-            with anyio.move_on_after(timeout):
-                while not waiter.woken:
-                    conn = self._listen_conn
-                    if self._reader is None and conn is not None and not conn.closed:
-                        await self._read_until(waiter, conn)
-                    else:
-                        await waiter.event.wait()
-                        waiter.event = anyio.Event()
-        finally:
-            self._waiting.discard(waiter)
-            if self._reader is None:
-                for other in self._waiting:  # let another one take over the reading
-                    other.event.set()
-                    break
-
-    async def _read_until(self, waiter: Ticket | PostgresWatch, conn: AsyncConnection[Any]) -> None:
-        self._reader = waiter
-        try:
-            async with self._listen_lock:
-                if conn is not self._listen_conn:
-                    return
-                with anyio.CancelScope() as scope:
-                    self._reading = scope
-                    if self._listen_pending:
-                        scope.cancel()  # someone needs the connection for LISTEN first
-                    try:
-                        while not waiter.woken:
-                            # Whole batches (psycopg >= 3.2): leaving notifies() within one
-                            # drops the rest of it, and a watch must see every announcement.
-                            notes = conn.notifies(stop_after=1)
-                            async with contextlib.aclosing(notes):
-                                async for note in notes:
-                                    self._dispatch(note)
-                    finally:
-                        self._reading = None
-        except (psycopg.Error, OSError):
-            self._drop_listener(conn)  # waiters poll until attempt listens again
-        finally:
-            self._reader = None
-
-    def _dispatch(self, note: Notify) -> None:
-        self.notifications += 1
-        watches = self._watches.get(note.channel)
-        if watches is not None:
-            self._announced(note.channel, note.payload, watches)
-            return
-        ticket = self._tickets.get(note.channel)
-        if ticket is not None:
-            self._wake(ticket, note.payload)
-        elif note.channel in self._claimed:
-            self._early[note.channel] = note.payload  # its attempt has not returned yet
-
-    @staticmethod
-    def _wake(ticket: Ticket, payload: str) -> None:
-        """``payload`` is 'seq token' of the hand-over: ours if the seq is our place."""
-        seq, _, token = payload.partition(" ")
-        if seq == str(ticket.seq) and token.isdigit():
-            ticket.handed = int(token)
-        ticket.woken = True
-        ticket.event.set()
-
-    def _spare_channel(self, *, listened_only: bool) -> str | None:
-        """A channel already listened on and free; else a new one (None if ``listened_only``)."""
-        conn = self._listen_conn
-        if conn is not None and not conn.closed:
-            for channel in self._listening:
-                if (
-                    channel.startswith(WAITER_CHANNEL)
-                    and channel not in self._tickets
-                    and channel not in self._claimed
-                ):
-                    return channel
-        return None if listened_only else f"{WAITER_CHANNEL}{uuid.uuid4().hex}"
-
-    async def _listen(self, channel: str) -> int:
-        """LISTEN on ``channel`` (connecting the listener if needed); its backend pid."""
-        conn = self._listen_conn
-        if conn is not None and not conn.closed and channel in self._listening:
-            return self._listen_pid
-        self._listen_pending += 1
-        try:
-            if self._reading is not None:
-                self._reading.cancel()  # the reader gives the connection up for a moment
-            async with self._listen_lock:
-                with anyio.fail_after(CALL_TIMEOUT):
-                    conn = self._listen_conn
-                    reused = conn is not None and not conn.closed
-                    while True:
-                        if conn is None or conn.closed:
-                            self._listening = set()
-                            self._parts.clear()  # the rest of those will never come
-                            conn = await self._connect()
-                            self._listen_conn = conn
-                            self._listen_pid = conn.info.backend_pid
-                            self._listen_generation += 1
-                        listen = sql.SQL("LISTEN {}").format(sql.Identifier(channel))
-                        try:
-                            await conn.execute(listen)
-                        except psycopg.OperationalError:
-                            if not reused:
-                                raise
-                            self._drop_listener(conn)  # died while idle: once more, afresh
-                            conn, reused = None, False
-                            continue
-                        self._listening.add(channel)
-                        return self._listen_pid
-        except (psycopg.Error, TimeoutError, OSError) as exc:
-            if conn is not None:
-                self._drop_listener(conn)
-            raise self._unavailable(exc) from exc
-        finally:
-            self._listen_pending -= 1
-
-    def _drop_listener(self, conn: AsyncConnection[Any]) -> None:
-        if self._listen_conn is conn:
-            self._listen_conn = None
-            self._listening = set()
-            self._parts.clear()
-            for watches in self._watches.values():
-                for watch in watches:
-                    watch.event.set()  # to listen again and report the state (see next)
-        if not conn.closed:
-            conn.pgconn.finish()  # what AsyncConnection.close() does, without awaiting
 
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, Ticket)
         # A release may have handed us the lock as we gave up: the function passes it on.
-        leave = partial(self._fetch, "leave", {"name": ticket.name, "seq": ticket.seq})
+        leave = self._call("leave", {"name": ticket.name, "seq": ticket.seq})
         try:
-            await self._run(leave)
+            await self.commands.run(leave)
         except StoreUnavailable:
-            self._owed.append(leave)  # we may hold a lock handed to us: pass it on later
+            self.commands.owed.add(leave)  # we may hold a lock handed to us: pass it on later
             raise
         finally:
-            if self._tickets.get(ticket.channel) is ticket:
-                del self._tickets[ticket.channel]
-            self._early.pop(ticket.channel, None)
+            self.listener.unroute(ticket.channel, ticket)
 
     async def release(self, session: Session, name: str, token: int) -> None:
         assert isinstance(session, PostgresSession)
-        release = partial(self._release, session.id, name, token, None)
+        release = self._release_call(session.id, name, token, None)
         try:
-            await self._run(release)
+            await self.commands.run(release)
         except StoreUnavailable:
-            self._owed.append(release)  # free it as soon as the store answers again
+            self.commands.owed.add(release)  # free it as soon as the store answers again
             raise
 
-    async def _release(
-        self,
-        session_id: int,
-        name: str,
-        token: int | None,
-        request: int | None,
-        conn: AsyncConnection[Any],
-    ) -> None:
+    def _release_call(
+        self, session_id: int, name: str, token: int | None, request: int | None
+    ) -> Call[Row]:
         """One statement; hands the lock on (with its NOTIFY) only when someone waits."""
         params = {"id": session_id, "name": name, "token": token, "request": request}
-        await conn.execute(self._q["release"], params)
+        return self._call("release", params)
 
     async def locks(self, name: str | None = None) -> list[LockInfo]:
         async def tx(conn: AsyncConnection[Any]) -> list[LockInfo]:
@@ -1209,19 +1470,19 @@ class PostgresStore(Store, Elections, Records):
                 for row in await cur.fetchall()
             ]
 
-        return await self._run(tx)
+        return await self.commands.run(tx)
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:
         async def tx(conn: AsyncConnection[Any]) -> list[HeldBack]:
             cur = await conn.execute(self._q["held_back"], {"name": name})
             return [HeldBack(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]
 
-        return await self._run(tx)
+        return await self.commands.run(tx)
 
     # -- records -------------------------------------------------------------------------
 
     async def read_record(self, key: str) -> Record | None:
-        row = await self._run(partial(self._fetch, "read_record", {"key": key}))
+        row = await self._fetch("read_record", {"key": key})
         return None if row is None else Record(key, row[0], int(row[1]))
 
     async def write_record(self, key: str, value: str, version: int) -> Record | None:
@@ -1229,7 +1490,7 @@ class PostgresStore(Store, Elections, Records):
             return None  # never a record's version
         params = {"key": key, "value": value, "version": version, "request": secrets.randbits(63)}
         query = "create_record" if version == 0 else "replace_record"
-        row = await self._run(partial(self._fetch, query, params))
+        row = await self._fetch(query, params)
         return None if row is None else Record(key, value, int(row[0]))
 
     async def list_records(self, prefix: str) -> list[Record]:
@@ -1239,7 +1500,7 @@ class PostgresStore(Store, Elections, Records):
                 Record(key, value, int(version)) for key, value, version in await cur.fetchall()
             ]
 
-        return await self._run(tx)
+        return await self.commands.run(tx)
 
     # -- leader election ------------------------------------------------------------------
 
@@ -1249,148 +1510,65 @@ class PostgresStore(Store, Elections, Records):
         if "\0" in value:
             raise InvalidArgument("a value cannot contain NUL characters in PostgreSQL")
         params = {"id": session.id, "name": name, "token": token, "value": value}
-        row = await self._run(partial(self._fetch, "proclaim", params))
+        row = await self._fetch("proclaim", params)
         return row is not None and bool(row[0])
 
     async def watch(self, name: str) -> Watch:
         """LISTEN on the name's channel (on the store's listening connection), then register
         as its watcher (see the ``watch`` function): changes after that are announced."""
-        watch = PostgresWatch(self, name)
-        self._watches.setdefault(watch.channel, []).append(watch)
+        channel = watch_channel(self.schema, name)
+        announcements = self.listener.routed(channel)
+        if not isinstance(announcements, Announcements):
+            announcements = Announcements(name, channel)
+            self.listener.route(channel, announcements)
+        watch = PostgresWatch(announcements, self.listener, self.commands, self._q)
+        announcements.watches.append(watch)
         try:
-            await self._subscribe(watch, report=False)
+            await watch.subscribe(report=False)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._unwatch(watch)
+                await watch.aclose()
             raise
         return watch
 
-    async def _subscribe(self, watch: PostgresWatch, *, report: bool) -> None:
-        """Listen and register; if ``report``, queue the state then as one change, where it
-        belongs: before what is announced after our mark."""
-        watch.mark = ""  # nothing counts until our new mark comes
-        listener = await self._listen(watch.channel)
-        generation = self._listen_generation
-
-        async def register(conn: AsyncConnection[Any]) -> tuple[Any, ...] | None:
-            watch.mark = uuid.uuid4().hex  # a new one if sent again
-            params = {
-                "name": watch.name,
-                "channel": watch.channel,
-                "listener": listener,
-                "mark": watch.mark,
-            }
-            return await self._one(conn, self._q["watch"], params)
-
-        row = await self._run(register)
-        assert row is not None
-        watch.listener, watch.generation = listener, generation
-        if report:
-            token, value, host, pid, label, expires_in = row
-            holder = None
-            if token is not None:
-                holder = LockInfo(
-                    watch.name, int(token), Owner(host, pid, label), expires_in, 0, value
-                )
-            at = len(watch.changes) if watch.mark is not None else watch.mark_at
-            watch.changes.insert(at, Change(watch.name, holder))
-
-    def _lost_listener(self, watch: PostgresWatch) -> bool:
-        """Whether the connection ``watch`` listens on is gone (or replaced: not listening)."""
-        conn = self._listen_conn
-        return conn is None or conn.closed or watch.generation != self._listen_generation
-
-    async def _next(self, watch: PostgresWatch, timeout: float) -> list[Change]:
-        deadline = anyio.current_time() + timeout
-        while not watch.closed:
-            if not watch.changes and self._lost_listener(watch):
-                await self._subscribe(watch, report=True)  # queues a change, or raises
-            remaining = deadline - anyio.current_time()
-            if watch.changes or remaining <= 0:
-                break
-            await self._sleep(watch, remaining)
-        changes, watch.changes = watch.changes, []
-        return changes
-
-    def _announced(self, channel: str, payload: str, watches: list[PostgresWatch]) -> None:
-        """Queue the change that ``payload`` announces (see the ``announce`` function)."""
-        if payload.startswith(("+", "$")):  # one part of a long one
-            piece = payload.partition(" ")[2]
-            if payload[0] == "+":
-                self._parts.setdefault(channel, []).append(piece)
-                return
-            payload = "".join(self._parts.pop(channel, [])) + piece
-        try:
-            data = json.loads(payload)
-            if "mark" in data:
-                for watch in watches:
-                    if watch.mark == data["mark"]:
-                        watch.mark, watch.mark_at = None, len(watch.changes)
-                return
-            holder = None
-            if "token" in data:
-                owner = Owner(str(data["host"]), int(data["pid"]), str(data["label"]))
-                value = data["value"]
-                holder = LockInfo(
-                    watches[0].name, int(data["token"]), owner, float(data["expires"]), 0, value
-                )
-        except (ValueError, TypeError, KeyError):
-            return  # not ours: anyone may NOTIFY any channel
-        for watch in watches:
-            if watch.mark is None:
-                watch.changes.append(Change(watch.name, holder))
-                watch.event.set()
-
-    async def _unwatch(self, watch: PostgresWatch) -> None:
-        """Stop listening and unregister once the name's last watch here closes (best effort:
-        what is left is dropped when the listening connection ends)."""
-        if watch.closed:
-            return
-        watch.closed = True
-        watch.event.set()
-        watches = self._watches.get(watch.channel, [])
-        if watch in watches:
-            watches.remove(watch)
-        if watches:
-            return  # others here still watch the name
-        self._watches.pop(watch.channel, None)
-        self._parts.pop(watch.channel, None)
-        await self._unlisten(watch.channel)
-        listeners = [watch.listener, self._listen_pid]
-        unwatch = partial(self._fetch, "unwatch", {"name": watch.name, "listeners": listeners})
-        with contextlib.suppress(StoreUnavailable):
-            await self._run(unwatch)
-
-    async def _unlisten(self, channel: str) -> None:
-        conn = self._listen_conn
-        if conn is None or conn.closed or channel not in self._listening:
-            return
-        self._listen_pending += 1
-        try:
-            if self._reading is not None:
-                self._reading.cancel()  # the reader gives the connection up for a moment
-            async with self._listen_lock:
-                if conn is self._listen_conn and not conn.closed:
-                    with anyio.fail_after(CALL_TIMEOUT):
-                        await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
-                    self._listening.discard(channel)
-        except (psycopg.Error, TimeoutError, OSError):
-            self._drop_listener(conn)
-        finally:
-            self._listen_pending -= 1
-
     async def aclose(self) -> None:
-        for watches in self._watches.values():
-            for watch in watches:
-                watch.closed = True  # their registrations go with the listening connection
-        self._watches.clear()
-        await self._drop_command_connection()
-        if self._listen_conn is not None:
-            self._drop_listener(self._listen_conn)
+        for channel, route in self.listener.routes():
+            if isinstance(route, Announcements):
+                for watch in route.watches:
+                    watch.closed = True  # their registrations go with the listening connection
+                self.listener.unroute(channel)
+        await self.commands.drop()
+        self.listener.close()
+
+
+# -- the URL ----------------------------------------------------------------------------------
+
+
+def conninfo(url: str, options: ConnectOptions) -> tuple[str, str]:
+    """libpq's connection string for ``url`` and ``options`` (the common options become
+    libpq's, libpq's own pass through), and the schema's name; one ``InvalidArgument`` for a
+    mistake."""
+    checked = parse_url(url, SCHEMES, STORE, "", fragment="no #fragment allowed")
+    parts = checked.parts
+    try:
+        parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
+    except ValueError as exc:
+        raise checked.bad(str(exc)) from None
+    common, rest = url_options(url, STORE)
+    schema, libpq, passthrough = _split_query(rest, checked.bad)
+    params = _libpq_params(options.over(common), libpq)
+    host = parts.netloc.rpartition("@")[2]  # user and password go as parameters
+    dsn = urlunsplit((parts.scheme, host, parts.path, urlencode(passthrough), ""))
+    try:
+        return psycopg.conninfo.make_conninfo(dsn, **params), schema  # checked by libpq
+    except psycopg.Error as exc:
+        pairs = [*params.items(), *passthrough]
+        hidden = [value for key, value in pairs if key in SECRET_QUERY]
+        raise checked.bad(scrub(str(exc), hidden)) from None
 
 
 def _split_query(
-    pairs: list[tuple[str, str]], shown: str
+    pairs: list[tuple[str, str]], bad: Callable[[str], InvalidArgument]
 ) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
     """The schema (checked), the libpq parameters that have a common name, and the rest."""
     schemas: list[str] = []
@@ -1401,12 +1579,12 @@ def _split_query(
             schemas.append(value)
         elif key in LIBPQ_EQUIVALENTS:
             if libpq.get(key, value) != value:
-                raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: {key} given twice")
+                raise bad(f"{key} given twice")
             libpq[key] = value
         else:
             rest.append((key, value))
     if len(schemas) > 1:
-        raise InvalidArgument(f"bad PostgreSQL store URL {shown!r}: schema given twice")
+        raise bad("schema given twice")
     return _check_schema(schemas[0] if schemas else DEFAULT_SCHEMA), libpq, rest
 
 

@@ -279,7 +279,7 @@ async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
 
 def count_statements(store: PostgresStore) -> list[str]:
     """Statements sent on the store's command connection from now on (it must be open)."""
-    conn = store._conn
+    conn = store.commands.conn
     assert conn is not None
     sent: list[str] = []
     execute = conn.execute
@@ -347,7 +347,7 @@ async def test_a_handed_over_waiter_learns_its_grant_with_one_read(
 
 def lose_answers(store: PostgresStore, error: Exception) -> None:
     """From now on, statements on the command connection commit but their answers are lost."""
-    conn = store._conn
+    conn = store.commands.conn
     assert conn is not None
     execute = conn.execute
 
@@ -390,7 +390,7 @@ async def test_a_grant_whose_answer_was_lost_is_released_by_its_request(
         lose_answers(store, psycopg.InterfaceError("the answer got lost"))
         with pytest.raises(StoreUnavailable):
             await store.attempt(session, "doubt", None, enqueue=False)
-        assert store._conn is None  # dropped: the next call reconnects, and cleans up first
+        assert store.commands.conn is None  # dropped: the next call reconnects, and cleans up first
         assert [info.name for info in await store.locks()] == ["kept"]
     finally:
         await store.aclose()
@@ -605,7 +605,7 @@ async def test_a_watch_whose_listener_died_reports_the_state_then(
             [change] = await watch.next(5)
         assert change.holder is not None and change.holder.token == first.token
         with psycopg.connect(postgres.dsn, autocommit=True) as db:
-            db.execute("SELECT pg_terminate_backend(%s, 5000)", (store._listen_pid,))  # gone
+            db.execute("SELECT pg_terminate_backend(%s, 5000)", (store.listener.pid,))  # gone
         assert await other.proclaim(session, "died", first.token, "unseen")
         assert await other.proclaim(session, "died", first.token, "missed meanwhile")
         with anyio.fail_after(5):
@@ -661,7 +661,10 @@ def test_url_goes_to_psycopg_without_tenures_parameters(postgres: PostgresServer
     url, schema = fresh_url(postgres)
     store = PostgresStore.from_url(url + "&application_name=tenure-test")
     assert store.schema == schema
-    assert "schema=" not in store._dsn and "application_name=tenure-test" in store._dsn
+    assert (
+        "schema=" not in store.transport.dsn
+        and "application_name=tenure-test" in store.transport.dsn
+    )
     assert PostgresStore.from_url(postgres.dsn).schema == "tenure"
 
 

@@ -126,7 +126,7 @@ def test_a_setting_under_both_names_must_agree(tls_files: TLSFiles, query: str, 
 
 def test_common_names_become_libpq_parameters(tls_files: TLSFiles) -> None:
     url = f"postgresql://me@127.0.0.1:1/db?ca={tls_files.ca}&connect_timeout=3"
-    given = psycopg.conninfo.conninfo_to_dict(PostgresStore.from_url(url)._dsn)
+    given = psycopg.conninfo.conninfo_to_dict(PostgresStore.from_url(url).transport.dsn)
     assert given == {
         "host": "127.0.0.1",
         "port": "1",
@@ -137,7 +137,7 @@ def test_common_names_become_libpq_parameters(tls_files: TLSFiles) -> None:
         "sslmode": "verify-full",
     }
     plain = PostgresStore.from_url("postgresql://127.0.0.1:1/db?tls=false")
-    assert psycopg.conninfo.conninfo_to_dict(plain._dsn)["sslmode"] == "disable"
+    assert psycopg.conninfo.conninfo_to_dict(plain.transport.dsn)["sslmode"] == "disable"
 
 
 # -- 2. Passwords ------------------------------------------------------------------------
