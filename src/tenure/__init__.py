@@ -3,7 +3,7 @@
 Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md.
 """
 
-from ._client import AsyncClient, Client, Leadership, Lease, Run, connect, connect_async
+from ._client import AsyncClient, connect_async
 from ._clock import Clock
 from ._election import AsyncLeadership, Leader
 from ._errors import (
@@ -17,6 +17,7 @@ from ._errors import (
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
+from ._sync import Client, Leadership, Lease, Run, connect
 from ._values import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [

@@ -23,7 +23,7 @@ from ._values import LockInfo, Owner
 from .stores._spi import Store, elections_of
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient
+    from ._pool import SessionPool
 
 MAX_VALUE = 4096
 """Longest value a leader may proclaim, in characters (it travels in every change notice)."""
@@ -86,12 +86,12 @@ class AsyncLeadership(AsyncLease):
 
 
 async def campaign(
-    client: AsyncClient, name: str, value: str, ttl: float, timeout: float | None
+    pool: SessionPool, name: str, value: str, ttl: float, timeout: float | None
 ) -> AsyncLeadership:
     """Wait to lead ``name`` (``NotAcquired`` after ``timeout``), then proclaim ``value``."""
     value = check_value(value)
     lead = await acquire(
-        client, name, ttl, wait=True, timeout=timeout, on_wait=None, make=AsyncLeadership
+        pool, name, ttl, wait=True, timeout=timeout, on_wait=None, make=AsyncLeadership
     )
     try:
         await lead.proclaim(value)

@@ -21,7 +21,7 @@ from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
 from .stores._spi import Busy, LockInfo
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient
+    from ._pool import SessionPool
     from ._session import SessionKeeper
 
 WaitCallback = Callable[[LockInfo | None], None]
@@ -56,7 +56,7 @@ def check_arguments(
 
 
 async def acquire(
-    client: AsyncClient,
+    pool: SessionPool,
     name: str,
     ttl: float,
     *,
@@ -66,7 +66,7 @@ async def acquire(
     make: type[L] = AsyncLease,  # type: ignore[assignment]
     lock_delay: float | None = None,
 ) -> L:
-    clock = client.clock
+    clock = pool.clock
     give_up = math.inf if timeout is None else clock.now() + timeout
     ticket: object | None = None
     keeper: SessionKeeper | None = None
@@ -77,7 +77,7 @@ async def acquire(
                 if ticket is not None and keeper is not None:
                     await _leave(keeper, ticket)
                     ticket = None
-                keeper = await client._session(ttl, lock_delay)
+                keeper = await pool.session(ttl, lock_delay)
             t_sent = clock.now()
             try:
                 # Shielded: a grant made by the store must reach us, or nobody would release it.

@@ -33,13 +33,14 @@ from urllib.parse import quote, unquote
 import anyio
 
 from ._errors import InvalidArgument, LeaseLost, NotAcquired, StaleToken, TenureError
+from ._lock import acquire, check_arguments
 from ._names import MAX_NAME_BYTES, check_name
-from ._values import Record
-from .stores._spi import records_of
+from ._values import Owner, Record
+from .stores._spi import Records, Store, records_of
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient
     from ._lease import AsyncLease
+    from ._pool import SessionPool
 
 Policy = Literal["at-least-once", "at-most-once"]
 POLICIES: tuple[Policy, ...] = ("at-least-once", "at-most-once")
@@ -137,14 +138,14 @@ class AsyncRun:
 
     def __init__(
         self,
-        client: AsyncClient,
+        records: Records,
         key: str,
         state: Literal["claimed", "running", "done", "failed"],
         slot: Slot | None,
         lease: AsyncLease | None = None,
         version: int = 0,
     ) -> None:
-        self._client = client
+        self._records = records
         self._key = key
         self.state = state
         self.slot = slot
@@ -185,10 +186,9 @@ class AsyncRun:
                 exit_code=exit_code,
                 error=error,
             )
-            records = records_of(self._client.store)
-            written = await records.write_record(self._key, end.to_json(), self._version)
+            written = await self._records.write_record(self._key, end.to_json(), self._version)
             if written is None:
-                now = await records.read_record(self._key)
+                now = await self._records.read_record(self._key)
                 highest = Slot.from_record(now).token if now else self.slot.token
                 raise StaleToken(f"{self.slot.job}/{self.slot.slot}", self.slot.token, highest)
             self.slot = end
@@ -203,7 +203,7 @@ class AsyncRun:
 
 
 async def claim(
-    client: AsyncClient,
+    pool: SessionPool,
     job: str,
     slot: str,
     *,
@@ -215,34 +215,35 @@ async def claim(
     """Hold the slot's lock, then claim the slot's record if it is not over (see module doc)."""
     key = record_key(job, slot)
     check_policy(policy)
-    store = records_of(client.store)
+    store = records_of(pool.store)
+    lock = LOCK_PREFIX + key
+    timeout = check_arguments(lock, ttl, timeout, pool.drift, pool.margin)
     found = await store.read_record(key)
     seen = Slot.from_record(found) if found else None
     if seen is not None and seen.state in FINAL:  # over: no lock needed
-        return AsyncRun(client, key, seen.state, seen)
+        return AsyncRun(store, key, seen.state, seen)
     try:
-        lease = await client.acquire(LOCK_PREFIX + key, ttl, wait=wait, timeout=timeout)
+        lease: AsyncLease = await acquire(pool, lock, ttl, wait=wait, timeout=timeout, on_wait=None)
     except NotAcquired:
         now = await store.read_record(key)
         current = Slot.from_record(now) if now else None
-        return AsyncRun(client, key, current.state if current else "running", current)
+        return AsyncRun(store, key, current.state if current else "running", current)
     try:
-        return await _claim_held(client, key, job, slot, lease, policy)
+        return await _claim_held(store, pool.owner, key, job, slot, lease, policy)
     except BaseException:
         await lease.release()
         raise
 
 
 async def _claim_held(
-    client: AsyncClient, key: str, job: str, slot: str, lease: AsyncLease, policy: Policy
+    store: Records, owner: Owner, key: str, job: str, slot: str, lease: AsyncLease, policy: Policy
 ) -> AsyncRun:
-    store = records_of(client.store)
     found = await store.read_record(key)
     before = Slot.from_record(found) if found else None
     version = found.version if found else 0
     if before is not None and before.state in FINAL:
         await lease.release()
-        return AsyncRun(client, key, before.state, before)
+        return AsyncRun(store, key, before.state, before)
     if before is not None and policy == "at-most-once":
         # Its runner lost the lock without recording an end: it may have done part of the work.
         failed = replace(
@@ -256,9 +257,8 @@ async def _claim_held(
         await lease.release()
         if written is None:
             raise LeaseLost(f"slot {job}/{slot}: the record changed while this process held it")
-        return AsyncRun(client, key, "failed", failed)
+        return AsyncRun(store, key, "failed", failed)
     lease.check()
-    owner = client.owner
     mine = Slot(
         job=job,
         slot=slot,
@@ -274,14 +274,12 @@ async def _claim_held(
     written = await store.write_record(key, mine.to_json(), version)
     if written is None:
         raise LeaseLost(f"slot {job}/{slot}: the record changed while this process held it")
-    return AsyncRun(client, key, "claimed", mine, lease, written.version)
+    return AsyncRun(store, key, "claimed", mine, lease, written.version)
 
 
-async def history(client: AsyncClient, job: str) -> list[Slot]:
+async def history(store: Store, job: str) -> list[Slot]:
     """Every recorded slot of ``job``, in slot-key order."""
-    return [
-        Slot.from_record(r) for r in await records_of(client.store).list_records(job_prefix(job))
-    ]
+    return [Slot.from_record(r) for r in await records_of(store).list_records(job_prefix(job))]
 
 
 class AsyncOnce:

@@ -17,7 +17,7 @@ from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureErro
 from .._url import GRADES, Grade
 
 if TYPE_CHECKING:
-    from .._client import Client
+    from .._sync import Client
 
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0

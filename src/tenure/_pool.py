@@ -1,0 +1,85 @@
+"""The sessions of one client: one per (TTL, lock-delay), opened on first use and kept alive by
+their keepers on the pool's task group. The recipes (locks, elections, once) take a pool, not the
+client: they need a session, the store and the clock, nothing of the client's surface."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ._clock import Clock
+from ._errors import TenureError
+from ._session import SessionKeeper
+from ._state import Timing
+from ._values import Owner
+from .stores._spi import Store
+
+
+class SessionPool:
+    def __init__(
+        self,
+        store: Store,
+        owner: Owner,
+        clock: Clock,
+        drift: float,
+        margin: float,
+        lock_delay: float | None,
+    ) -> None:
+        self.store = store
+        self.owner = owner
+        self.clock = clock
+        self.drift = drift
+        self.margin = margin
+        self.lock_delay = lock_delay
+        self._sessions: dict[tuple[float, float], SessionKeeper] = {}
+        self._lock = anyio.Lock()
+        self._tg: TaskGroup | None = None
+
+    def timing(self, ttl: float, lock_delay: float | None = None) -> Timing:
+        """The timing of a lease with this TTL (``InvalidArgument`` if bad): the pool's drift,
+        margin and lock-delay unless ``lock_delay`` is given."""
+        delay = self.lock_delay if lock_delay is None else lock_delay
+        return Timing(ttl, self.drift, self.margin, delay)
+
+    async def session(self, ttl: float, lock_delay: float | None = None) -> SessionKeeper:
+        """The live session for this TTL and lock-delay, opened (and its keeper started) on
+        first use."""
+        if self._tg is None:
+            raise TenureError("use the client as `async with tenure.connect_async(...)`")
+        timing = self.timing(ttl, lock_delay)
+        key = (timing.ttl, timing.hold_back)
+        keeper = self._sessions.get(key)
+        if keeper is not None and not keeper.expired():
+            return keeper  # the common case, without a checkpoint
+        async with self._lock:
+            keeper = self._sessions.get(key)
+            if keeper is None or keeper.expired():
+                keeper = await SessionKeeper.open(self.store, timing, self.owner, self.clock)
+                self._sessions[key] = keeper
+                self._tg.start_soon(keeper.run)
+            return keeper
+
+    async def close_sessions(self) -> None:
+        """Release every lock held through the pool and end its sessions."""
+        keepers, self._sessions = list(self._sessions.values()), {}
+        for keeper in keepers:
+            await keeper.close()
+
+    async def __aenter__(self) -> SessionPool:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        # The body's own exception is not the keepers' business: passing it in would come out
+        # wrapped in an ExceptionGroup. It propagates unchanged from the caller's block.
+        await self._tg.__aexit__(None, None, None)

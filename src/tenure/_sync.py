@@ -1,0 +1,314 @@
+"""The sync client, ``connect``: a blocking facade over ``AsyncClient``, which it runs on a
+`LoopThread` of its own. One implementation of every recipe, and the loop thread is also what
+renews sync leases while the caller's thread does its work."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+from ._client import AsyncClient
+from ._election import AsyncLeadership, Leader
+from ._errors import TenureError
+from ._lease import AsyncLease, LostCallback, end_of_hold
+from ._lock import WaitCallback, check_arguments
+from ._loop_thread import LoopThread
+from ._once import AsyncRun, Policy, Slot, one_line
+from ._options import DEFAULT_TTL, ClientOptions, ConnectKeywords, Unpack
+from ._values import Capabilities, HeldBack, LockInfo
+
+T = TypeVar("T")
+
+
+class Lease:
+    """A sync view of a lease: the same names as ``AsyncLease``, with a blocking release."""
+
+    def __init__(self, inner: AsyncLease, client: Client) -> None:
+        self._inner = inner
+        self._client = client
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    name = property(lambda self: self._inner.name)
+    token = property(lambda self: self._inner.token)
+    ttl = property(lambda self: self._inner.ttl)
+    deadline = property(lambda self: self._inner.deadline)
+    lost = property(lambda self: self._inner.lost)
+    lost_reason = property(lambda self: self._inner.lost_reason)
+    released = property(lambda self: self._inner.released)
+    clock = property(lambda self: self._inner.clock)
+    stop_by = property(lambda self: self._inner.stop_by)
+    at_risk = property(lambda self: self._inner.at_risk)
+    loss = property(lambda self: self._inner.loss)
+
+    def remaining(self) -> float:
+        return self._inner.remaining()
+
+    def check(self) -> None:
+        self._inner.check()
+
+    def on_lost(self, callback: Callable[[Lease], Any]) -> None:
+        """Call ``callback(lease)`` once on loss; it runs on the client's event-loop thread."""
+        cb: LostCallback = lambda _inner: callback(self)  # noqa: E731
+        self._inner.on_lost(cb)
+
+    def on_at_risk(self, callback: Callable[[Lease], Any]) -> None:
+        """Call ``callback(lease)`` each time renewals become overdue; see ``AsyncLease``."""
+        cb: LostCallback = lambda _inner: callback(self)  # noqa: E731
+        self._inner.on_at_risk(cb)
+
+    def release(self) -> None:
+        self._client._call(self._inner.release)
+
+
+class Leadership(Lease):
+    """A sync view of a leadership: a lease whose token is the term, with a value."""
+
+    _inner: AsyncLeadership
+
+    term = property(lambda self: self._inner.term)
+    value = property(lambda self: self._inner.value)
+
+    def proclaim(self, value: str) -> None:
+        self._client._call(self._inner.proclaim, value)
+
+    def resign(self) -> None:
+        self._client._call(self._inner.resign)
+
+
+class Run:
+    """A sync view of ``AsyncRun``: true if this process is to run the slot."""
+
+    def __init__(self, inner: AsyncRun, client: Client) -> None:
+        self._inner = inner
+        self._client = client
+        self.lease = Lease(inner.lease, client) if inner.lease is not None else None
+
+    def __bool__(self) -> bool:
+        return bool(self._inner)
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    state = property(lambda self: self._inner.state)
+    slot = property(lambda self: self._inner.slot)
+    token = property(lambda self: self._inner.token)
+    attempt = property(lambda self: self._inner.attempt)
+
+    def complete(self, exit_code: int = 0, error: str | None = None) -> Slot:
+        """See ``AsyncRun.complete``."""
+        return self._client._call(self._inner.complete, exit_code, error)
+
+    def abandon(self) -> None:
+        self._client._call(self._inner.abandon)
+
+
+class Client:
+    """The sync client. ``client = tenure.connect()``; close it with ``client.close()``."""
+
+    def __init__(self, make: Callable[[], AsyncClient]) -> None:
+        self._thread = LoopThread("tenure-loop")
+        try:
+            self._async = self._thread.enter(make())
+        except BaseException:
+            self._thread.close()
+            raise
+        self._finalizer = weakref.finalize(self, self._thread.close)
+        atexit.register(self._finalizer)
+
+    @property
+    def url(self) -> str:
+        return self._async.url
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the store promises (``grade``: "efficiency" means not for correctness)."""
+        return self._async.capabilities
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release every lock held through this client and stop its thread. Idempotent."""
+        self._finalizer()
+        atexit.unregister(self._finalizer)
+
+    def _call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``func`` on the loop; if this thread is interrupted (Ctrl-C), cancel it there,
+        and release (or abandon) what it still granted rather than leave it held by nobody."""
+        return self._thread.call(func, *args, on_late=self._undo, **kwargs)
+
+    def _undo(self, late: object) -> None:
+        if isinstance(late, AsyncLease):
+            self._call(late.release)
+        elif isinstance(late, AsyncRun):
+            self._call(late.abandon)
+
+    def acquire(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
+    ) -> Lease:
+        """Acquire ``name``; release with ``lease.release()``. See ``AsyncClient.acquire``."""
+        inner = self._call(
+            self._async.acquire,
+            name,
+            ttl,
+            wait=wait,
+            timeout=timeout,
+            on_wait=on_wait,
+            lock_delay=lock_delay,
+        )
+        return Lease(inner, self)
+
+    @contextmanager
+    def _hold(self, lease: Lease) -> Iterator[Lease]:
+        try:
+            yield lease
+        except BaseException:
+            lease.release()
+            raise
+        error = end_of_hold(lease._inner, None)
+        lease.release()
+        if error is not None:
+            raise error
+
+    def lock(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
+    ) -> AbstractContextManager[Lease]:
+        """``with client.lock(name, ttl=30) as lease``: released on exit; raises if lost."""
+        check_arguments(name, ttl, timeout, self._async.drift, self._async.margin)
+        self._async.timing(ttl, lock_delay)
+        client = self
+
+        @contextmanager
+        def hold() -> Iterator[Lease]:
+            lease = client.acquire(
+                name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
+            )
+            with client._hold(lease) as held:
+                yield held
+
+        return hold()
+
+    def locks(self, name: str | None = None) -> list[LockInfo]:
+        return self._call(self._async.locks, name)
+
+    def held_back(self, name: str | None = None) -> list[HeldBack]:
+        return self._call(self._async.held_back, name)
+
+    # -- leader election ------------------------------------------------------------------
+
+    def campaign(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> Leadership:
+        """Wait to lead election ``name``; see ``AsyncClient.campaign``."""
+        return Leadership(self._call(self._async.campaign, name, value, ttl, timeout=timeout), self)
+
+    @contextmanager
+    def lead(
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+    ) -> Iterator[Leadership]:
+        """``with client.lead(name, value) as leadership``: resigns on exit; raises if lost."""
+        leadership = self.campaign(name, value, ttl, timeout=timeout)
+        with self._hold(leadership):
+            yield leadership
+
+    def leader(self, name: str) -> Leader | None:
+        return self._call(self._async.leader, name)
+
+    # -- once per slot --------------------------------------------------------------------
+
+    def claim(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Run:
+        """See ``AsyncClient.claim``; end a true result with ``run.complete(exit_code)``."""
+        inner = self._call(
+            self._async.claim, job, slot, ttl, policy=policy, wait=wait, timeout=timeout
+        )
+        return Run(inner, self)
+
+    @contextmanager
+    def once(
+        self,
+        job: str,
+        slot: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Run]:
+        """``with client.once(job, slot) as run: if run: ...``: leaving the block records done
+        (or failed, with the block's exception, which propagates); a lost lease records
+        nothing and raises ``LeaseLost``."""
+        run = self.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+        if not run:
+            yield run
+            return
+        try:
+            yield run
+        except BaseException as exc:
+            with contextlib.suppress(TenureError):
+                run.complete(error=one_line(exc))
+            raise
+        run.complete()
+
+    def history(self, job: str) -> list[Slot]:
+        return self._call(self._async.history, job)
+
+    def observe(self, name: str) -> Iterator[Leader | None]:
+        """The current leader, then every change, as a blocking iterator."""
+        changes = self._async.observe(name)
+        try:
+            while True:
+                try:
+                    yield self._call(changes.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if self._thread.alive:
+                self._call(changes.aclose)  # type: ignore[attr-defined]
+
+
+def connect(url: str | None = None, **options: Unpack[ConnectKeywords]) -> Client:
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
+
+    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``,
+    and ``"elections"`` or ``"records"`` (alone or in a tuple) a store that does not offer them;
+    ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
+    ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
+    seconds a name is granted to nobody after a lease on it ends without a release (default:
+    one TTL, at most 15 s; docs/stop-by.md). ``drift``, ``margin``, ``label``, ``clock``: see
+    ``tenure._options.ConnectKeywords``.
+    """
+    checked = ClientOptions.of(**options)  # before the store is opened (or created)
+    store = checked.open_store(url)
+    return Client(lambda: AsyncClient.of(store, checked))
