@@ -41,17 +41,31 @@ import random
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tenure
 
 from ..._errors import InvalidArgument
 from .history import Recorder
-from .servers import RedisControl
+from .servers import RedisControl, ServerControl
 
 if TYPE_CHECKING:
     from .processes import WorkerProcess
-    from .runner import Run
+
+
+class Stage(Protocol):
+    """What the nemesis needs of a run (``runner.Run`` is one): where its faults land."""
+
+    store_url: str
+    lock: str
+    ttl: float
+    workers: list[WorkerProcess]
+
+    @property
+    def effective_lock_delay(self) -> float: ...
+
+    def server(self) -> ServerControl: ...
+
 
 PROCESS_FAULTS = ("pause", "group-pause", "long-group-pause", "kill", "kill-any", "stall")
 LINK_FAULTS = ("partition", "short-partition", "lost-reply")
@@ -67,7 +81,7 @@ FAULTS = PROCESS_FAULTS + LINK_FAULTS + STORE_FAULTS
 
 
 class Nemesis:
-    def __init__(self, run: Run, rng: random.Random, recorder: Recorder) -> None:
+    def __init__(self, run: Stage, rng: random.Random, recorder: Recorder) -> None:
         self.run = run
         self.rng = rng
         self.rec = recorder
