@@ -54,7 +54,7 @@ def test_a_capability_can_be_required_before_connecting() -> None:
 
 def test_what_a_store_offers_is_derived_from_what_it_implements(tmp_path: Path) -> None:
     from tenure.stores._spi import Records, offers
-    from tenure.stores.redlock import RedlockStore
+    from tenure.stores.redis import RedlockStore
 
     assert offers(RedlockStore) == {"elections": True, "records": False}
     assert not issubclass(RedlockStore, Records)

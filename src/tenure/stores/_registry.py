@@ -42,7 +42,7 @@ REGISTRY: tuple[StoreEntry, ...] = (
         "Redis (one instance)", "redis://host:6379/0", 6379,
     ),
     StoreEntry(
-        "redlock", ("redlock",), "redlock", "RedlockStore",
+        "redlock", ("redlock",), "redis", "RedlockStore",
         "Redis (Redlock)", "redlock://h1:6379,h2:6379,h3:6379", 6379,
     ),
 )  # fmt: skip

@@ -23,8 +23,7 @@ from plugin_redis import fresh_prefix, redlock_healthy
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Session, Store
-from tenure.stores.redis import RedisSession, RedisStore, RedisTicket
-from tenure.stores.redlock import RedlockStore
+from tenure.stores.redis import RedisSession, RedisStore, RedisTicket, RedlockStore
 from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
 from tenure.testing.redis_server import RedisServer
 

@@ -1,77 +1,25 @@
 """Redlock over N independent Redis servers: ``redlock://h1:6379,h2:6379,h3:6379[/db][?prefix=]``.
-**Efficiency-grade**: use it to avoid duplicate work, not for correctness.
-
-Every server runs the single-server script of ``RedisStore`` (``_redis_scripts``) unchanged; this
-module only sends each call to all servers at once and counts the answers. Quorum = N // 2 + 1.
-
-- **Session**: a session key on every server; ``open_session`` needs a quorum. ``keep_alive``
-  renews on all; it answers True only if the session *and every lock it holds* were renewed on a
-  quorum, False once a quorum can no longer say so (the key or a lock is gone on more than
-  N − quorum servers), and raises ``StoreUnavailable`` (retried; lost at the deadline) otherwise.
-- **Grant**: the ``attempt`` script on all servers with one request id; granted on a quorum
-  within the validity — TTL − time spent acquiring − drift allowance (1 % of the TTL + 2 ms) —
-  it is a grant; otherwise every server's part is given back. Each server's lock lives as that
-  server's session key, so the holder's own deadline (counted by the client from the last
-  confirmed renewal, with its own drift and margin) never outlives a quorum's expiry.
-- **Tokens only grow**: each server returns its own counter's next value (raised above the
-  highest token this client has seen for the name: the script's floor); the token is the maximum
-  over the quorum, and every server of the quorum whose counter is lower is raised to it (and its
-  lock's token with it: the ``raise`` operation) before the grant is returned — one more round
-  trip only when the counters differ. Any two quorums share a server, whose counter is then at
-  least every earlier token, so the next maximum is higher. Where it still fails: a server that
-  restarts without persistence (or fails over to a replica that missed the writes) forgets its
-  counter and locks, and once a quorum is made of forgetful servers a token can be reissued or
-  go back, and two holders can be granted at once; a server clock jump expires that server's
-  keys early, with the same effect.
-- **Waiting**: every server queues the waiter with one score, the client's arrival time (µs of
-  its wall clock: FIFO across clients as far as their clocks agree), so every server hands the
-  lock on to the same first waiter and wakes it by its own list; ``wait`` blocks on all servers'
-  lists and returns at the first push. If servers disagree (waiters arriving at once, or a
-  server that missed an enqueue) and nobody has a quorum, the waiter with the lowest (score,
-  request id) keeps its part and every other gives its part back and queues again with its
-  score, so the split resolves towards that one waiter (a short poll, ``SPLIT_RETRY``).
-- **Lock-delay**: every server keeps its own hold-back key, as ``RedisStore`` does, and refuses
-  to grant while it lives; a grant needs a quorum, so the name is held back until a quorum of
-  servers let it go (``retry_in`` and ``held_back``'s ``free_in``: the quorum-th shortest
-  hold-back). A server that restarted empty has forgotten its hold-back, as it has its locks.
-- **Release, leave, proclaim** go to all servers (proclaim needs a quorum). A server that could
-  not be reached is swept at the next keep-alive.
-- **Watch** follows every server's event stream and reports a state (a grant with its token and
-  value, or a release) when a quorum of servers has reported it, in the order quorums are
-  reached.
-- **TLS and ACL users**: one set of options (``tls``, ``ca``, ``cert``, ``key``, user and
-  password, in the query or as keywords: see ``redis``) for every server of the list; each
-  server's certificate must name its own host. A server that refuses the login or the
-  handshake counts as unreachable, and its reason is in the quorum error.
-"""
+**Efficiency-grade**: use it to avoid duplicate work, not for correctness. Every server runs
+the script of ``RedisStore`` unchanged; this store sends each call to all servers at once and
+counts the answers (quorum = N // 2 + 1). How tokens keep growing, how waiters and lock-delay
+work across servers, and where it fails: docs/stores/redis.md."""
 
 from __future__ import annotations
 
-import itertools
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from .._errors import LeaseLost, StoreUnavailable
-from ._connect import NO_OPTIONS, ConnectOptions
-from ._redis_scripts import (
-    CALL_TIMEOUT,
-    Instance,
-    RedisURL,
-    change_of,
-    delay_ms,
-    ms,
-    owner_json,
-    parse_url,
-)
-from ._spi import (
+from ..._errors import LeaseLost, StoreUnavailable
+from .._connect import NO_OPTIONS, ConnectOptions
+from .._kit import Unavailable, owner_json, patience
+from .._spi import (
     Busy,
     Capabilities,
-    Change,
     Elections,
     Grant,
     HeldBack,
@@ -81,12 +29,24 @@ from ._spi import (
     Store,
     Watch,
 )
-from .redis import NOTES, busy_holder, held_back_for
+from .instance import (
+    CALL_TIMEOUT,
+    Instance,
+    busy_holder,
+    check_driver,
+    delay_ms,
+    held_back_for,
+    ms,
+)
+from .session import RedisSession, RedisTicket
+from .single import NOTES
+from .url import RedisURL, parse_url
+from .watch import SEEN_KEPT, RedlockWatch, Stream
 
 T = TypeVar("T")
+_REDLOCK = Unavailable("Redlock")
 SPLIT_RETRY = 0.05
 """Seconds before trying again while no request holds a quorum of servers (a split)."""
-SEEN_KEPT = 1000
 
 
 def _op(op: str, *args: str, timeout: float = CALL_TIMEOUT) -> Callable[[Instance], Awaitable[Any]]:
@@ -100,116 +60,6 @@ def _op(op: str, *args: str, timeout: float = CALL_TIMEOUT) -> Callable[[Instanc
 
 def drift_allowance(ttl: float) -> float:
     return ttl * 0.01 + 0.002
-
-
-@dataclass(eq=False)
-class RedlockSession(Session):
-    id: str
-    ttl: float
-    owner: str
-    seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    held: dict[tuple[str, int], str] = field(default_factory=dict)
-    dirty: set[tuple[str, str]] = field(default_factory=set)
-
-    def request(self) -> str:
-        return f"{self.id}/{next(self.seq)}"
-
-
-@dataclass(eq=False)
-class RedlockTicket:
-    session: RedlockSession
-    name: str
-    rid: str
-    score: str
-    left: bool = False
-
-
-class RedlockWatch(Watch):
-    """Every server's events of one lock; a state is reported once a quorum reported it."""
-
-    def __init__(self, store: RedlockStore, name: str, after: list[str | None]) -> None:
-        self._store = store
-        self._name = name
-        self._after = after
-        self._seen: dict[tuple[object, ...], set[int]] = {}
-        self._reported: set[tuple[object, ...]] = set()
-        self._scope: anyio.CancelScope | None = None
-        self._closed = False
-
-    async def next(self, timeout: float) -> list[Change]:
-        changes: list[Change] = []
-        with anyio.move_on_after(timeout) as self._scope:
-            while not changes and not self._closed:
-                batches = await self._read(self._scope.deadline - anyio.current_time())
-                for index, events in batches:
-                    for _, fields in events:
-                        changes.extend(self._count(index, fields))
-        self._scope = None
-        return changes
-
-    async def _read(self, timeout: float) -> list[tuple[int, list[tuple[str, dict[str, str]]]]]:
-        """Events from every server: what is there now; else wait for the first server to have
-        some, then take what the others have by then too (so a quorum is usually reached in
-        one call, rather than one server per call)."""
-        got = await self._read_all(0.0)
-        if not got and timeout > 0:
-            got = await self._read_all(timeout)
-            if got:
-                got += await self._read_all(0.0)
-        return got
-
-    async def _read_all(self, timeout: float) -> list[tuple[int, list[tuple[str, dict[str, str]]]]]:
-        """Each server's events after the last id seen there, waiting up to ``timeout`` for the
-        first server to have some (the others' reads are then cancelled)."""
-        got: list[tuple[int, list[tuple[str, dict[str, str]]]]] = []
-        failed: list[StoreUnavailable] = []
-        instances = self._store.instances
-
-        async def one(index: int, scope: anyio.CancelScope) -> None:
-            instance = instances[index]
-            try:
-                if self._after[index] is None:  # unreachable at subscription: from now on
-                    self._after[index] = await instance.last_event(self._name)
-                after = self._after[index]
-                assert after is not None
-                events = await instance.read_events(self._name, after, max(0.0, timeout))
-            except StoreUnavailable as exc:
-                failed.append(exc)
-                await anyio.sleep(max(0.0, timeout))  # a server down: the others may answer
-                return
-            if events:
-                self._after[index] = events[-1][0]
-                got.append((index, events))
-                if timeout > 0:
-                    scope.cancel()
-
-        async with anyio.create_task_group() as tg:
-            for index in range(len(instances)):
-                tg.start_soon(one, index, tg.cancel_scope)
-        if len(failed) == len(instances):
-            raise failed[0]
-        return got
-
-    def _count(self, index: int, fields: dict[str, str]) -> list[Change]:
-        if "t" in fields:
-            state: tuple[object, ...] = ("held", fields.get("s"), fields["t"], fields.get("v"))
-        else:
-            state = ("free", fields.get("was"))
-        servers = self._seen.setdefault(state, set())
-        servers.add(index)
-        if len(servers) < self._store.quorum or state in self._reported:
-            return []
-        self._reported.add(state)
-        if len(self._seen) > SEEN_KEPT:  # forget the oldest states
-            for old in list(self._seen)[: SEEN_KEPT // 2]:
-                self._seen.pop(old, None)
-                self._reported.discard(old)
-        return [change_of(self._name, fields)]
-
-    async def aclose(self) -> None:
-        self._closed = True
-        if self._scope is not None:
-            self._scope.cancel()
 
 
 class RedlockStore(Store, Elections):
@@ -236,6 +86,7 @@ class RedlockStore(Store, Elections):
 
     @classmethod
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> RedlockStore:
+        check_driver()
         return cls(parse_url(url, ("redlock",), many=True, usage=cls.USAGE, options=options))
 
     @property
@@ -263,21 +114,30 @@ class RedlockStore(Store, Elections):
         return results
 
     def _unavailable(self, results: Mapping[int, object], what: str) -> StoreUnavailable:
+        """How many servers ``what`` reached, and why the first two others could not be."""
         errors = [str(r) for r in results.values() if isinstance(r, StoreUnavailable)]
         reached = len(results) - len(errors)
-        return StoreUnavailable(
-            f"Redlock: {what} reached {reached} of {len(self.instances)} servers, quorum"
-            f" {self.quorum} ({'; '.join(errors[:2])})"
+        summary = (
+            f"{what} reached {reached} of {len(self.instances)} servers, quorum {self.quorum}"
+            f" ({'; '.join(errors[:2])})"
         )
+        return _REDLOCK(summary, whole=True)  # each server's error is secret-free already
+
+    def _answers(self, results: Mapping[int, T | StoreUnavailable], what: str) -> list[T]:
+        """The servers' answers in ``results``; ``StoreUnavailable`` if fewer than a quorum."""
+        answers = [r for r in results.values() if not isinstance(r, StoreUnavailable)]
+        if len(answers) < self.quorum:
+            raise self._unavailable(results, what)
+        return answers
 
     def _patience(self, ttl: float) -> float:
         """Per-server wait: a stuck server must not eat the validity of the others' answers."""
-        return min(CALL_TIMEOUT, max(0.1, ttl / 5))
+        return patience(ttl, CALL_TIMEOUT, floor=0.1, share=5)
 
     # -- sessions ------------------------------------------------------------------------
 
     async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
-        session = RedlockSession(secrets.token_hex(12), ttl, owner_json(owner))
+        session = RedisSession(secrets.token_hex(12), ttl, owner_json(owner))
         opening = ("open", session.id, ms(ttl), session.owner, delay_ms(lock_delay))
         results = await self._each(_op(*opening, timeout=self._patience(ttl)))
         if sum(1 for r in results.values() if r == 1) < self.quorum:
@@ -286,10 +146,10 @@ class RedlockStore(Store, Elections):
         return session
 
     async def keep_alive(self, session: Session) -> bool:
-        assert isinstance(session, RedlockSession)
-        patience = min(5.0, max(0.25, session.ttl / 4))
+        assert isinstance(session, RedisSession)
+        within = patience(session.ttl)
         results = await self._each(
-            lambda i: i.call("renew", session.id, ms(session.ttl), timeout=patience)
+            lambda i: i.call("renew", session.id, ms(session.ttl), timeout=within)
         )
         answers = {i: r for i, r in results.items() if not isinstance(r, StoreUnavailable)}
         slack = len(self.instances) - self.quorum  # servers that may say "gone" and still fine
@@ -303,33 +163,36 @@ class RedlockStore(Store, Elections):
             sum(1 for names in renewed if name in names) < self.quorum for name, _ in session.held
         ):
             raise self._unavailable(results, "renewing")
-        for name, rid in list(session.dirty):
-            done = await self._each(_op("leave", session.id, name, rid, "", timeout=patience))
-            if not any(isinstance(r, StoreUnavailable) for r in done.values()):
-                session.dirty.discard((name, rid))
+
+        async def leave(request: tuple[str, str]) -> None:
+            name, rid = request
+            done = await self._each(_op("leave", session.id, name, rid, "", timeout=within))
+            if any(isinstance(r, StoreUnavailable) for r in done.values()):
+                raise self._unavailable(done, "leaving")  # kept for the next keep-alive
+
+        await session.in_doubt.sweep(leave, within)
         return True
 
     async def close_session(self, session: Session) -> None:
-        assert isinstance(session, RedlockSession)
+        assert isinstance(session, RedisSession)
         results = await self._each(lambda i: i.call("close", session.id))
         if sum(1 for r in results.values() if r == 1) < self.quorum:
             raise self._unavailable(results, "closing a session")
-        session.held.clear()
-        session.dirty.clear()
+        session.forget()
 
     # -- locks ---------------------------------------------------------------------------
 
     async def attempt(
         self, session: Session, name: str, ticket: object | None, enqueue: bool
     ) -> Grant | Busy:
-        assert isinstance(session, RedlockSession)
-        assert ticket is None or isinstance(ticket, RedlockTicket)
+        assert isinstance(session, RedisSession)
+        assert ticket is None or isinstance(ticket, RedisTicket)
         rid = session.request() if ticket is None else ticket.rid
         score = str(time.time_ns() // 1000) if ticket is None else ticket.score
         queue = ticket is not None or enqueue
         floor = str(self._seen.get(name, 0))
         started = time.monotonic()
-        patience = self._patience(session.ttl)
+        within = self._patience(session.ttl)
         results = await self._each(
             lambda i: i.call(
                 "attempt",
@@ -339,7 +202,7 @@ class RedlockStore(Store, Elections):
                 "1" if queue else "0",
                 score,
                 floor,
-                timeout=patience,
+                timeout=within,
             )
         )
         elapsed = time.monotonic() - started
@@ -384,7 +247,7 @@ class RedlockStore(Store, Elections):
             first = min([(float(score), rid), *claims]) == (float(score), rid)
             if not valid or (len(top) < self.quorum and not first):
                 await self._give_back(session, name, rid, score, only=set(granted))
-        mine = ticket or RedlockTicket(session, name, rid, score)
+        mine = ticket or RedisTicket(session, name, rid, score)
         return Busy(holder=info, ticket=mine, retry_in=retry)
 
     def _see(self, name: str, token: int) -> None:
@@ -395,7 +258,7 @@ class RedlockStore(Store, Elections):
 
     async def _grant(
         self,
-        session: RedlockSession,
+        session: RedisSession,
         name: str,
         rid: str,
         granted: dict[int, int],
@@ -417,17 +280,17 @@ class RedlockStore(Store, Elections):
         return Grant(token=token, renewed_session=False)
 
     async def _give_back(
-        self, session: RedlockSession, name: str, rid: str, score: str, only: set[int] | None = None
+        self, session: RedisSession, name: str, rid: str, score: str, only: set[int] | None = None
     ) -> None:
         """Release the parts granted to ``rid`` (and, with ``score``, queue it again)."""
         results = await self._each(
             lambda i: i.call("leave", session.id, name, rid, score), only=only
         )
         if any(isinstance(r, StoreUnavailable) for r in results.values()) and not score:
-            session.dirty.add((name, rid))
+            session.in_doubt.add((name, rid))
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
-        assert isinstance(ticket, RedlockTicket)
+        assert isinstance(ticket, RedisTicket)
         async with anyio.create_task_group() as tg:
 
             async def one(instance: Instance) -> None:
@@ -438,14 +301,13 @@ class RedlockStore(Store, Elections):
                 tg.start_soon(one, instance)
 
     async def leave(self, ticket: object) -> None:
-        assert isinstance(ticket, RedlockTicket)
-        if ticket.left:
+        assert isinstance(ticket, RedisTicket)
+        if not ticket.leaving():
             return
-        ticket.left = True
         await self._give_back(ticket.session, ticket.name, ticket.rid, "")
 
     async def release(self, session: Session, name: str, token: int) -> None:
-        assert isinstance(session, RedlockSession)
+        assert isinstance(session, RedisSession)
         rid = session.held.get((name, token))
         if rid is None:
             return
@@ -453,21 +315,20 @@ class RedlockStore(Store, Elections):
         del session.held[(name, token)]
         failed = sum(1 for r in results.values() if isinstance(r, StoreUnavailable))
         if failed:
-            session.dirty.add((name, rid))  # swept (released by its request id) at a keep-alive
+            session.in_doubt.add((name, rid))  # swept (released by its request id) at a keep-alive
         if failed > len(self.instances) - self.quorum:
             raise self._unavailable(results, "releasing")
 
+    async def _names(self, name: str | None, kind: str, what: str) -> list[str]:
+        """``[name]``, or the names with a key of ``kind`` on any server (a quorum answering)."""
+        if name is not None:
+            return [name]
+        lists = self._answers(await self._each(lambda i: i.lock_names(kind)), what)
+        return sorted({n for each in lists for n in each})
+
     async def locks(self, name: str | None = None) -> list[LockInfo]:
-        if name is None:
-            listed = await self._each(lambda i: i.lock_names())
-            lists = [r for r in listed.values() if not isinstance(r, StoreUnavailable)]
-            if len(lists) < self.quorum:
-                raise self._unavailable(listed, "listing locks")
-            names = sorted({n for each in lists for n in each})
-        else:
-            names = [name]
         found = []
-        for each in names:
+        for each in await self._names(name, "l", "listing locks"):
             info = await self._info(each)
             if info is not None:
                 found.append(info)
@@ -475,10 +336,7 @@ class RedlockStore(Store, Elections):
 
     async def _info(self, name: str) -> LockInfo | None:
         """The holder of ``name`` on a quorum of servers (None if nobody holds a quorum)."""
-        results = await self._each(lambda i: i.call("info", name))
-        rows = [r for r in results.values() if not isinstance(r, StoreUnavailable)]
-        if len(rows) < self.quorum:
-            raise self._unavailable(results, "reading a lock")
+        rows = self._answers(await self._each(lambda i: i.call("info", name)), "reading a lock")
         by_request: dict[str, list[list[str]]] = {}
         for row in rows:
             if row:
@@ -496,23 +354,13 @@ class RedlockStore(Store, Elections):
         return LockInfo(name, holder.token, holder.owner, expires, waiters, holder.value)
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:
-        if name is None:
-            listed = await self._each(lambda i: i.lock_names("h"))
-            lists = [r for r in listed.values() if not isinstance(r, StoreUnavailable)]
-            if len(lists) < self.quorum:
-                raise self._unavailable(listed, "listing held-back names")
-            names = sorted({n for each in lists for n in each})
-        else:
-            names = [name]
+        names = await self._names(name, "h", "listing held-back names")
         found = [await self._held(each) for each in names]
         return [held for held in found if held is not None]
 
     async def _held(self, name: str) -> HeldBack | None:
         """``name``'s hold-back, if too many servers hold it back for a quorum to grant it."""
-        results = await self._each(lambda i: i.held(name))
-        answers = [r for r in results.values() if not isinstance(r, StoreUnavailable)]
-        if len(answers) < self.quorum:
-            raise self._unavailable(results, "reading a hold-back")
+        answers = self._answers(await self._each(lambda i: i.held(name)), "reading a hold-back")
         free_in = sorted(0.0 if r is None else r.free_in for r in answers)[self.quorum - 1]
         if free_in <= 0:
             return None
@@ -521,7 +369,7 @@ class RedlockStore(Store, Elections):
     # -- leader election -----------------------------------------------------------------
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
-        assert isinstance(session, RedlockSession)
+        assert isinstance(session, RedisSession)
         if (name, token) not in session.held:
             return False
         results = await self._each(
@@ -543,7 +391,11 @@ class RedlockStore(Store, Elections):
         ]
         if sum(1 for a in after if a is not None) < self.quorum:
             raise self._unavailable(dict(results), "subscribing")
-        return RedlockWatch(self, name, after)
+        streams = [
+            Stream(partial(i.last_event, name), partial(i.read_events, name))
+            for i in self.instances
+        ]
+        return RedlockWatch(name, streams, after, self.quorum)
 
     async def aclose(self) -> None:
         for instance in self.instances:
