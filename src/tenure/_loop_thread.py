@@ -107,6 +107,14 @@ class LoopThread:
             raise TenureError("the client is closing")
         return cast(T, result)
 
+    def call_sync(self, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)`` on the loop's thread (for objects only that thread may touch)."""
+
+        async def run() -> T:
+            return func(*args)
+
+        return self.call(run)
+
     def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
         """Enter ``manager`` on the loop; it is left (in reverse order) by `close`."""
         if not self.alive or self._requests is None:

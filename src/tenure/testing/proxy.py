@@ -34,10 +34,8 @@ in a daemon thread and returns a handle with the same switches and ``close()``.
 
 from __future__ import annotations
 
-import queue
 import socket
 import struct
-import threading
 from contextlib import suppress
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -45,7 +43,8 @@ from typing import Literal
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
-from anyio.from_thread import BlockingPortal
+
+from .._loop_thread import LoopThread
 
 Mode = Literal["pass", "delay", "hold", "blackhole", "reset", "lose_responses"]
 MODES: tuple[Mode, ...] = ("pass", "delay", "hold", "blackhole", "reset", "lose_responses")
@@ -188,35 +187,20 @@ class ChaosProxy:
 
     def start_in_thread(self) -> ThreadedChaosProxy:
         """Run this proxy on its own event loop in a daemon thread (for sync tests)."""
-        ready: queue.Queue[tuple[BlockingPortal, anyio.Event] | BaseException] = queue.Queue()
-
-        async def main() -> None:
-            try:
-                async with BlockingPortal() as portal, self:
-                    stop = anyio.Event()
-                    ready.put((portal, stop))
-                    await stop.wait()
-            except Exception as exc:  # reported to the starting thread
-                ready.put(exc)
-
-        thread = threading.Thread(target=anyio.run, args=(main,), name="chaos-proxy", daemon=True)
-        thread.start()
-        got = ready.get(timeout=10)
-        if isinstance(got, BaseException):
-            raise got
-        portal, stop = got
-        return ThreadedChaosProxy(self, portal, stop, thread)
+        thread = LoopThread("chaos-proxy")
+        try:
+            thread.enter(self)
+        except BaseException:
+            thread.close()
+            raise
+        return ThreadedChaosProxy(self, thread)
 
 
 class ThreadedChaosProxy:
     """A handle on a :class:`ChaosProxy` running in a thread: the same switches, and ``close()``."""
 
-    def __init__(
-        self, proxy: ChaosProxy, portal: BlockingPortal, stop: anyio.Event, thread: threading.Thread
-    ) -> None:
+    def __init__(self, proxy: ChaosProxy, thread: LoopThread) -> None:
         self.proxy = proxy
-        self._portal = portal
-        self._stop = stop
         self._thread = thread
 
     @property
@@ -240,7 +224,7 @@ class ThreadedChaosProxy:
         return self.proxy.bytes_forwarded
 
     def set_mode(self, mode: Mode, seconds: float = 0.0) -> None:
-        self._portal.call(self.proxy.set_mode, mode, seconds)
+        self._thread.call_sync(self.proxy.set_mode, mode, seconds)
 
     def delay(self, seconds: float) -> None:
         self.set_mode("delay", seconds)
@@ -249,13 +233,10 @@ class ThreadedChaosProxy:
         self.set_mode("pass")
 
     def retarget(self, target_host: str, target_port: int) -> None:
-        self._portal.call(self.proxy.retarget, target_host, target_port)
+        self._thread.call_sync(self.proxy.retarget, target_host, target_port)
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            with suppress(RuntimeError):  # the loop has already stopped
-                self._portal.call(self._stop.set)
-            self._thread.join(10)
+        self._thread.close()
 
     def __enter__(self) -> ThreadedChaosProxy:
         return self

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 
 import tenure
 
+from ..._loop_thread import LoopThread
 from .checkers import OBSERVER
 from .history import Recorder
 
@@ -21,40 +21,28 @@ class Observer:
 
     def __init__(self, store_url: str, name: str, history: Path) -> None:
         self._recorder = Recorder(history, OBSERVER)
-        self._scope: anyio.CancelScope | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        ready = threading.Event()
-        failed: list[BaseException] = []
-
-        def main() -> None:
-            try:
-                anyio.run(self._observe, store_url, name, ready)
-            except BaseException as exc:  # reported to the constructor if it never got ready
-                failed.append(exc)
-                ready.set()
-
-        self._thread = threading.Thread(target=main, name="chaos-observer", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if failed:
-            raise failed[0]
-
-    async def _observe(self, store_url: str, name: str, ready: threading.Event) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._scope = anyio.CancelScope()
-        async with tenure.connect_async(store_url, label="chaos observer") as client:
+        self._thread = LoopThread("chaos-observer")
+        try:
+            client = self._thread.enter(tenure.connect_async(store_url, label="chaos observer"))
             changes = client.observe(name)
-            with self._scope:
-                await changes.__anext__()  # subscribed, and the current state read
-                ready.set()
-                async for leader in changes:
-                    if leader is not None:
-                        self._recorder.record(
-                            "observe", "info", token=leader.term, value={"value": leader.value}
-                        )
+            self._thread.call(changes.__anext__)  # subscribed, and the current state read
+        except BaseException:
+            self._thread.close()
+            self._recorder.close()
+            raise
+        self._thread.spawn(self._record, changes)
+
+    async def _record(self, changes: AsyncIterator[tenure.Leader | None]) -> None:
+        try:
+            async for leader in changes:
+                if leader is not None:
+                    self._recorder.record(
+                        "observe", "info", token=leader.term, value={"value": leader.value}
+                    )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await changes.aclose()  # type: ignore[attr-defined]  # an async generator
 
     def close(self) -> None:
-        if self._loop is not None and self._scope is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._scope.cancel)
-        self._thread.join(10)
+        self._thread.close()
         self._recorder.close()
