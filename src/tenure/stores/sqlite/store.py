@@ -431,19 +431,6 @@ class SQLiteStore(Store, Elections, Records):
 
         return await self._transaction(tx)
 
-    # -- records ---------------------------------------------------------------------------
-
-    async def read_record(self, key: str) -> Record | None:
-        with self._errors.on(sqlite3.Error):
-            return records.read(self._db, key)
-
-    async def write_record(self, key: str, value: str, version: int) -> Record | None:
-        return await self._transaction(lambda db, now: records.write(db, key, value, version))
-
-    async def list_records(self, prefix: str) -> list[Record]:
-        with self._errors.on(sqlite3.Error):
-            return records.listed(self._db, prefix)
-
     async def watch(self, name: str) -> Watch:
         wake, fd = self._fifos.make()  # listening before the row exists: writers never skip it
 
@@ -481,6 +468,19 @@ class SQLiteStore(Store, Elections, Records):
                 db.execute("DELETE FROM tenure_events WHERE name = ?", (name,))
 
         await self._transaction(tx)
+
+    # -- records ---------------------------------------------------------------------------
+
+    async def read_record(self, key: str) -> Record | None:
+        with self._errors.on(sqlite3.Error):
+            return records.read(self._db, key)
+
+    async def write_record(self, key: str, value: str, version: int) -> Record | None:
+        return await self._transaction(lambda db, now: records.write(db, key, value, version))
+
+    async def list_records(self, prefix: str) -> list[Record]:
+        with self._errors.on(sqlite3.Error):
+            return records.listed(self._db, prefix)
 
     # -- hand-over -------------------------------------------------------------------------
 
