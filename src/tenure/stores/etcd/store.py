@@ -1,6 +1,6 @@
 """The etcd store: ``etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…]``.
 
-Spoken over etcd's JSON gateway with httpx (``_etcd_gateway``): no protobuf, no gRPC stubs.
+Spoken over etcd's JSON gateway with httpx (``gateway``): no protobuf, no gRPC stubs.
 
 - **URL.** Port 2379 if none; namespace ``tenure`` if none (segments of letters, digits, ``_``,
   ``.``, ``-`` joined by ``/``). The query takes the shared connection options only (``tls``,
@@ -109,7 +109,8 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, ClassVar
@@ -117,9 +118,9 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import anyio
 
-from .._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from .._names import nesting_problem
-from ._connect import (
+from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
+from ..._names import nesting_problem
+from .._connect import (
     NO_OPTIONS,
     TLS_OPTIONS,
     ConnectOptions,
@@ -127,17 +128,7 @@ from ._connect import (
     redact,
     resolve,
 )
-from ._etcd_gateway import (
-    JSON,
-    NOT_FOUND,
-    PERMISSION_DENIED,
-    EtcdError,
-    Gateway,
-    b64,
-    prefix_end,
-    unb64,
-)
-from ._spi import (
+from .._spi import (
     Busy,
     Capabilities,
     Change,
@@ -151,6 +142,16 @@ from ._spi import (
     Session,
     Store,
     Watch,
+)
+from .gateway import (
+    JSON,
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    EtcdError,
+    Gateway,
+    b64,
+    prefix_end,
+    unb64,
 )
 
 DEFAULT_PORT = 2379
@@ -295,10 +296,22 @@ class EtcdWatch(Watch):
     the compacted gap are lost, never reported out of order or twice.
     """
 
-    def __init__(self, store: EtcdStore, name: str, kvs: list[JSON], revision: int) -> None:
-        self._store = store
+    def __init__(
+        self,
+        name: str,
+        prefix: bytes,
+        kvs: list[JSON],
+        revision: int,
+        *,
+        watch: Callable[[JSON], AbstractAsyncContextManager[AsyncIterator[JSON]]],
+        read: Callable[[JSON], Awaitable[JSON]],
+    ) -> None:
+        """``kvs`` at ``revision``: the range of ``prefix`` read at subscription; ``watch``
+        opens a watch stream (a gateway's), ``read`` makes one range read."""
         self._name = name
-        self._prefix = store._prefix(name)
+        self._prefix = prefix
+        self._open = watch
+        self._read = read
         self._keys: dict[bytes, JSON] = {}
         self._revision = revision
         """Every event up to this revision is applied to ``_keys``."""
@@ -358,7 +371,7 @@ class EtcdWatch(Watch):
             "start_revision": str(self._revision + 1),
         }
         cancelled = False
-        async with self._store._gw.watch({"create_request": create}) as results:
+        async with self._open({"create_request": create}) as results:
             async for result in results:
                 if result.get("canceled"):  # compacted past our revision, or cut by the member
                     cancelled = True
@@ -367,7 +380,7 @@ class EtcdWatch(Watch):
                 if self._pending:
                     return
         if cancelled:
-            answer = await self._store._call_range(_range(self._prefix, end))
+            answer = await self._read(_range(self._prefix, end))
             self._reset(answer.get("kvs", []), int(answer["header"]["revision"]))
         if not self._pending:
             await anyio.sleep(0.1)  # the stream broke (the member is skipped): again, soon
@@ -950,7 +963,8 @@ class EtcdStore(Store, Elections, Records):
     async def watch(self, name: str) -> Watch:
         prefix = self._prefix(name)
         answer = await self._call_range(_range(prefix, prefix_end(prefix)))
-        return EtcdWatch(self, name, answer.get("kvs", []), int(answer["header"]["revision"]))
+        kvs, revision = answer.get("kvs", []), int(answer["header"]["revision"])
+        return EtcdWatch(name, prefix, kvs, revision, watch=self._gw.watch, read=self._call_range)
 
     # -- records -------------------------------------------------------------------------
 

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._errors import InvalidArgument, StoreUnavailable
-from ._connect import tls_failure
+from ..._errors import InvalidArgument, StoreUnavailable
+from .._connect import tls_failure
 
 if TYPE_CHECKING:
     import httpx  # the ``etcd`` extra: imported when a Gateway is made, not with this module
