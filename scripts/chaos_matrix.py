@@ -24,25 +24,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tenure._errors import InvalidArgument
-from tenure.testing.chaos import (
-    SCENARIOS,
-    EtcdControl,
-    PostgresControl,
-    RedisControl,
-    Report,
-    Run,
-    Scenario,
-    ZooKeeperControl,
-)
+from tenure.stores._registry import BY_KEY, REGISTRY
+from tenure.testing.chaos import SCENARIOS, Report, Run, Scenario
 from tenure.testing.chaos.checkers import work_overlaps
 from tenure.testing.chaos.history import read_work
 from tenure.testing.chaos.runner import check_applicable
-from tenure.testing.chaos.servers import ServerControl
-from tenure.testing.etcd_cluster import EtcdCluster
-from tenure.testing.postgres_server import PostgresServer
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from tenure.testing.chaos.servers import ServerControl, launch
 
-KINDS = ("sqlite", "etcd", "postgres", "zookeeper", "redis")
+KINDS = tuple(entry.key for entry in REGISTRY if entry.throwaway is not None)
 RUN_SCENARIOS = (
     "smoke",
     "partition",
@@ -74,15 +63,10 @@ def next_grant(report: Report) -> str:
 
 def fresh_url(kind: str, control: ServerControl | None, sqlite_file: Path) -> str:
     """The store's URL with a namespace of its own for one scenario."""
-    namespace = f"m_{uuid.uuid4().hex[:8]}"
+    entry = BY_KEY[kind]
     if control is None:
-        return f"sqlite:///{sqlite_file}"
-    return {
-        "etcd": f"{control.url}/{namespace}",
-        "zookeeper": f"{control.url}/{namespace}",
-        "postgres": f"{control.url}?schema={namespace}",
-        "redis": f"{control.url}?prefix={namespace}",
-    }[kind]
+        return entry.namespaced(f"{entry.schemes[0]}:///{sqlite_file.parent}", sqlite_file.stem)
+    return entry.namespaced(control.url, f"m_{uuid.uuid4().hex[:8]}")
 
 
 def main() -> None:
@@ -99,15 +83,9 @@ def main() -> None:
     commands = args.workload == "run"
     wanted = args.scenario or (RUN_SCENARIOS if commands else list(SCENARIOS))
     kinds = args.store or KINDS
-    controls: dict[str, ServerControl] = {}
-    if "etcd" in kinds:
-        controls["etcd"] = EtcdControl(EtcdCluster(3), owned=True)
-    if "postgres" in kinds:
-        controls["postgres"] = PostgresControl(PostgresServer(), owned=True)
-    if "zookeeper" in kinds:
-        controls["zookeeper"] = ZooKeeperControl(ZooKeeperEnsemble(3), owned=True)
-    if "redis" in kinds:
-        controls["redis"] = RedisControl()
+    controls: dict[str, ServerControl] = {
+        kind: launch(kind) for kind in kinds if BY_KEY[kind].throwaway == "server"
+    }
     if commands:
         print("| scenario | store | faults | work-overlap | commands (worked / started) | exits |")
         print("|---|---|---|---|---|---|")

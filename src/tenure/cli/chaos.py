@@ -13,18 +13,20 @@ from urllib.parse import urlsplit
 import click
 
 from .._errors import InvalidArgument
+from ..stores._registry import BY_KEY, REGISTRY, StoreEntry
 from ..testing.chaos.report import Report
 from ..testing.chaos.resource import WORKLOADS
 from ..testing.chaos.runner import Run, check_applicable, new_seed
 from ..testing.chaos.scenarios import SCENARIOS
-from ..testing.chaos.servers import (
-    EtcdControl,
-    PostgresControl,
-    RedisControl,
-    ServerControl,
-    ZooKeeperControl,
-)
+from ..testing.chaos.servers import ServerControl, launch
 from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
+
+
+def _kinds() -> str:
+    """The --cluster kinds, as the help and the errors name them (from the store registry)."""
+    return ", ".join(
+        f"{e.key}[:N]" if e.members else e.key for e in REGISTRY if e.throwaway is not None
+    )
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -39,9 +41,9 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 @click.option(
     "--cluster",
     metavar="KIND",
-    help="Start a throw-away store for the run instead: sqlite, etcd[:MEMBERS], postgres, "
-    "zookeeper[:SERVERS] or redis (a primary and an asynchronous replica behind one address) "
-    "(default when --store is not given: sqlite).",
+    help=f"Start a throw-away store for the run instead: {_kinds()} (N members, 1-7; redis: a"
+    " primary and an asynchronous replica behind one address) (default when --store is not"
+    " given: sqlite).",
 )
 @click.option("--workload", type=click.Choice(WORKLOADS), default="counter", show_default=True)
 @click.option("--workers", type=click.IntRange(2, 32), default=5, show_default=True)
@@ -142,47 +144,37 @@ def chaos(
     return EXIT_VIOLATION if failed else 0
 
 
+def _cluster(cluster: str) -> tuple[StoreEntry, int | None]:
+    """The store and size a --cluster value names; an unknown one is refused here."""
+    kind, _, size = cluster.partition(":")
+    entry = BY_KEY.get(kind)
+    if entry is not None and entry.throwaway is not None:
+        if not size:
+            return entry, None
+        low, high = entry.members or (0, -1)
+        if size.isdigit() and low <= int(size) <= high:
+            return entry, int(size)
+    raise InvalidArgument(f"unknown --cluster {cluster!r}: use {_kinds()} (N: 1-7)")
+
+
 def _scheme(url: str | None, cluster: str) -> str:
     """The store's URL scheme; an unknown --cluster is refused here."""
     if url:
         return urlsplit(url).scheme
-    kind, _, members = cluster.partition(":")
-    simple = ("sqlite", "etcd", "postgres", "zookeeper", "redis")
-    if (kind in simple and not members) or (
-        kind in ("etcd", "zookeeper") and members.isdigit() and 1 <= int(members) <= 7
-    ):
-        return {"postgres": "postgresql"}.get(kind, kind)
-    raise InvalidArgument(
-        f"unknown --cluster {cluster!r}: use sqlite, etcd[:MEMBERS], postgres, "
-        "zookeeper[:SERVERS] (1-7) or redis"
-    )
+    return _cluster(cluster)[0].schemes[0]
 
 
 @contextmanager
 def _store(url: str | None, cluster: str, out: Path) -> Iterator[tuple[str, ServerControl | None]]:
-    kind, _, members = cluster.partition(":")
     if not cluster:
         assert url is not None
         yield url, None
         return
-    if kind == "sqlite" and not members:
-        yield f"sqlite:///{out.resolve() / 'store.db'}", None
+    entry, members = _cluster(cluster)
+    if entry.throwaway == "file":
+        yield f"{entry.schemes[0]}:///{out.resolve() / 'store.db'}", None
         return
-    control: ServerControl
-    if kind == "etcd":
-        from ..testing.etcd_cluster import EtcdCluster
-
-        control = EtcdControl(EtcdCluster(int(members or 3)), owned=True)
-    elif kind == "zookeeper":
-        from ..testing.zookeeper_ensemble import ZooKeeperEnsemble
-
-        control = ZooKeeperControl(ZooKeeperEnsemble(int(members or 3)), owned=True)
-    elif kind == "redis":
-        control = RedisControl()
-    else:
-        from ..testing.postgres_server import PostgresServer
-
-        control = PostgresControl(PostgresServer(), owned=True)
+    control = launch(entry.key, members)
     try:
         control.start()  # a failed start is cleaned up below
         yield control.url, control

@@ -249,3 +249,17 @@ class RedisControl:
                 proxy.close()
         for server in self.servers:
             server.close()
+
+
+def launch(key: str, members: int | None = None) -> ServerControl:
+    """A throw-away server (not started yet) for the store of registry key ``key``: etcd and
+    ZooKeeper with ``members`` (default 3), PostgreSQL, Redis with its replica."""
+    if key == "etcd":
+        return EtcdControl(EtcdCluster(members or 3), owned=True)
+    if key == "zookeeper":
+        return ZooKeeperControl(ZooKeeperEnsemble(members or 3), owned=True)
+    if key == "postgres":
+        return PostgresControl(PostgresServer(), owned=True)
+    if key == "redis":
+        return RedisControl()
+    raise ValueError(f"no throw-away server for the {key} store")
