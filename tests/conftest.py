@@ -10,14 +10,9 @@ import pytest
 from tenure.testing.certs import TLSFiles, make_tls_files
 from tenure.testing.postgres_server import PG_BIN, PostgresServer
 
-# Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py).
-pytest_plugins = [
-    "plugin_postgres",
-    "plugin_etcd",
-    "plugin_zookeeper",
-    "plugin_redis",
-    "plugin_security",
-]
+# Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py),
+# found by name: a new store's plugin needs no line here.
+pytest_plugins = sorted(path.stem for path in Path(__file__).parent.glob("plugin_*.py"))
 
 
 @pytest.fixture(scope="session")

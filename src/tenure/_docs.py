@@ -1,4 +1,5 @@
-"""The docs' store table, made from the stores' declared capabilities (never typed by hand).
+"""The docs' store table, made from the stores' capabilities (never typed by hand): what each
+declares, and what is derived from the calls it implements (elections, records).
 
 python -m tenure._docs      # prints the table that README.md must contain
 """
@@ -19,6 +20,8 @@ COLUMNS = (
     "store judges expiry",
     "FIFO waiters",
     "woken by the store",
+    "elections",
+    "records",
 )
 
 
@@ -39,6 +42,8 @@ def store_table() -> str:
             _yes(caps.store_judges_expiry),
             _yes(caps.fair),
             _yes(caps.native_wait),
+            _yes(caps.elections),
+            _yes(caps.records),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
