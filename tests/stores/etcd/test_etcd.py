@@ -17,7 +17,7 @@ import pytest
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from tenure.stores._spi import Busy, Change, Grant, Session
-from tenure.stores.etcd import EtcdSession, EtcdStore, EtcdTicket, get_op, put_op
+from tenure.stores.etcd import EtcdSession, EtcdStore, EtcdTicket, get_op, prefix_end, put_op
 from tenure.testing import FaultyStore
 from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 
@@ -430,6 +430,22 @@ async def test_write_guard_applies_only_while_held(
         ok = await store.guarded_txn("guard", newer.token, [put_op(target, "two")])
         assert ok.held
         await newer.release()
+
+
+async def test_request_reads_the_key_a_grant_made(etcd_store_url: str) -> None:
+    """``request`` is one call of etcd's API through the store's own gateway: a range read of
+    a lock's queue finds the key its grant made, created at the token."""
+    async with tenure.connect_async(etcd_store_url) as client:
+        store = client.store
+        assert isinstance(store, EtcdStore)
+        lease = await client.acquire("asked", ttl=5)
+        prefix = f"{store.namespace}/locks/asked/".encode()
+        body = {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}
+        [kv] = (await store.request("kv/range", body))["kvs"]
+        assert int(kv["create_revision"]) == lease.token
+        assert base64.b64decode(kv["key"]).startswith(prefix)
+        await lease.release()
+        assert "kvs" not in await store.request("kv/range", body)
 
 
 async def test_unreachable_endpoints_are_one_line_store_unavailable() -> None:

@@ -1,46 +1,41 @@
-"""etcd's JSON gateway over httpx: requests with fail-over, and watches. No protobuf.
+"""etcd's JSON gateway over httpx: one ``POST /v3/<path>`` with fail-over through the members,
+TLS, etcd's simple auth tokens, and watch streams. No protobuf, no gRPC stubs.
 
-Every call is a POST of a JSON body to ``/v3/...`` on one member: bytes are base64, int64s are
-strings, zero fields are omitted (both ways). The client sticks to the member that last answered;
-a member that refuses connections, is paused (no answer within ``request_timeout``) or has no
-leader is skipped for the next one. A request is sent again only when it provably did not apply
-(no connection) or when the caller says it is idempotent (``retry=True``); every failure leaves
-as ``StoreUnavailable`` (one line) or as ``EtcdError`` (a definite answer, e.g. lease not found).
-
-TLS: ``https://`` to every member, verified with the caller's ``ssl.SSLContext``. A failed
-handshake is a configuration mistake, not a member down: it is tried on each member once (no
-back-off) and then raised as one line ``TLS failed: …``. A server that rejects the client's
-certificate (or its absence) only says so after the TLS 1.3 handshake, so httpx sees a bare
-broken connection; one probe connection then reads the server's alert to tell which it was. The
-same probe tells a plain client that the server speaks only TLS.
-
-Authentication (etcd's simple tokens): ``auth/authenticate`` once, then the token in an
-``Authorization`` header on every request and watch. A token etcd no longer knows ("invalid auth
-token": it expired, ``--auth-token-ttl`` idle seconds, or the member restarted) or one older
-than the last change of users and roles ("revision of auth store is old") is renewed and the
-request sent once more: the refusal means it did not apply.
+Bytes are base64, int64s are strings, zero fields are omitted (both ways). A request is sent
+again only when it provably did not apply or the caller says it is idempotent (``retry``); a
+failure leaves as one-line ``StoreUnavailable``, or as `EtcdError` for a definite answer (see
+docs/stores/etcd.md, "The gateway").
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from ..._errors import InvalidArgument, StoreUnavailable
 from .._connect import tls_failure
+from .._kit import Backoff, Unavailable
 
 if TYPE_CHECKING:
     import httpx  # the ``etcd`` extra: imported when a Gateway is made, not with this module
 
 JSON = dict[str, Any]
+
+
+class Call(Protocol):
+    """One request: `Gateway.call`'s signature (a store's own has its refusals translated)."""
+
+    async def __call__(
+        self, path: str, body: JSON, *, retry: bool = True, timeout: float | None = None
+    ) -> JSON: ...
+
 
 DEFINITE_CODES = frozenset({3, 5, 6, 7, 9, 11, 12, 16})
 """gRPC codes of a definite refusal (invalid, not found, exists, denied, precondition, out of
@@ -54,27 +49,6 @@ _STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
 _PROBE_WAIT = 0.5
 """Seconds a TLS probe waits for the server's alert after the handshake (only after a broken
 connection whose cause httpx did not show)."""
-
-
-def b64(data: bytes | str) -> str:
-    if isinstance(data, str):
-        data = data.encode()
-    return base64.b64encode(data).decode("ascii")
-
-
-def unb64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
-
-
-def prefix_end(prefix: bytes) -> bytes:
-    """The end of the key range of everything starting with ``prefix`` (etcd's convention)."""
-    end = bytearray(prefix)
-    while end:
-        if end[-1] < 0xFF:
-            end[-1] += 1
-            return bytes(end)
-        end.pop()
-    return b"\0"
 
 
 class EtcdError(Exception):
@@ -111,6 +85,10 @@ class Gateway:
         self._token: str | None = None
         """None: not authenticated yet; "": etcd has authentication off (no header sent)."""
         self._auth_lock: anyio.Lock | None = None
+        self.unavailable = Unavailable(
+            f"etcd at {', '.join(endpoints)}", [password] if password else []
+        )
+        """This store's ``StoreUnavailable``: ``etcd at <members>: <problem>``."""
         self.authentications = 0
         """Tokens obtained (the first and every renewal): for tests."""
         try:
@@ -137,13 +115,14 @@ class Gateway:
             self.current = (index + 1) % len(self.endpoints)
 
     def _unavailable(self, what: str, problem: str) -> StoreUnavailable:
-        where = ", ".join(self.endpoints)
-        return StoreUnavailable(f"etcd at {where}: {what}: {problem}")
+        return self.unavailable(f"{what}: {problem}")
 
     async def call(
         self, path: str, body: JSON, *, retry: bool = True, timeout: float | None = None
     ) -> JSON:
-        """POST ``body`` to ``/v3/<path>``; retried on other members only if safe (see module).
+        """POST ``body`` to ``/v3/<path>``, sent again to the next member, for up to ``budget``
+        seconds, while it provably did not apply, or (``retry``: it is idempotent) while no
+        answer came.
 
         ``timeout``: seconds to wait for one member's answer (default ``request_timeout``).
         """
@@ -178,6 +157,7 @@ class Gateway:
         refused = 0  # consecutive members that refused the connection outright
         tls_failed = 0  # consecutive members whose TLS handshake failed
         probed: set[int] = set()  # members probed for a hidden TLS refusal (once per call)
+        rounds = Backoff(0.1, 0.5, jitter=False)  # after each round through every member
         headers = {} if login else self._headers()
         while True:
             index = self.current
@@ -220,7 +200,7 @@ class Gateway:
             if tls_failed:
                 continue  # the next member at once: TLS failures are not worth waiting out
             if failures % len(self.endpoints) == 0:  # every member failed once more: back off
-                await anyio.sleep(min(0.05 * 2 ** (failures // len(self.endpoints)), 0.5))
+                await rounds.sleep()
 
     # -- TLS -----------------------------------------------------------------------------
 
