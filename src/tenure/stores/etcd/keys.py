@@ -117,7 +117,7 @@ def absent(key: JSON) -> JSON:
 
 
 def created_at(key: bytes, revision: int) -> JSON:
-    """A compare: ``key`` was created at ``revision`` (it is that grant's key still)."""
+    """A compare: ``key`` was created at ``revision`` (0: there is no ``key``)."""
     return {
         "key": b64(key),
         "target": "CREATE",
