@@ -14,7 +14,8 @@ import tenure
 from tenure import InvalidArgument
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Owner
-from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore, _result
+from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore
+from tenure.stores.zookeeper.transport import result, server_port
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.anyio
@@ -49,9 +50,9 @@ def test_url_parsing() -> None:
 
 def test_names_never_escape_their_parent() -> None:
     store = ZooKeeperStore.from_url("zookeeper://h/t")
-    assert store._parent("a/b") == "/t/locks/a%2Fb"
-    assert store._parent("..") == "/t/locks/%2E%2E"
-    assert store._parent(".") == "/t/locks/%2E"
+    assert store.paths.parent("a/b") == "/t/locks/a%2Fb"
+    assert store.paths.parent("..") == "/t/locks/%2E%2E"
+    assert store.paths.parent(".") == "/t/locks/%2E"
 
 
 async def test_token_is_the_czxid_and_grows_across_a_recreated_parent(
@@ -63,16 +64,16 @@ async def test_token_is_the_czxid_and_grows_across_a_recreated_parent(
     try:
         first = await store.attempt(session, "p", None, False)
         assert isinstance(first, Grant)
-        reader = await store._connected_reader()
-        parent = store._parent("p")
-        [child] = await _result(reader.get_children_async(parent))
-        _, stat = await _result(reader.get_async(f"{parent}/{child}"))
+        reader = await store.reader()
+        parent = store.paths.parent("p")
+        [child] = await result(reader.get_children_async(parent))
+        _, stat = await result(reader.get_async(f"{parent}/{child}"))
         assert stat.czxid == first.token
         await store.release(session, "p", first.token)
-        await _result(reader.delete_async(parent))  # sequence numbers restart from 0 now
+        await result(reader.delete_async(parent))  # sequence numbers restart from 0 now
         second = await store.attempt(session, "p", None, False)
         assert isinstance(second, Grant) and second.token > first.token
-        [child] = await _result(reader.get_children_async(parent))
+        [child] = await result(reader.get_children_async(parent))
         assert child.endswith("-0000000000")
         await store.release(session, "p", second.token)
     finally:
@@ -86,7 +87,7 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
     session = await store.open_session(5, OWNER)
     assert isinstance(session, ZooKeeperSession)
     try:
-        parent, prefix = store._parent("lost"), session.prefix()
+        parent, prefix = store.paths.parent("lost"), session.prefix()
         path, token, _ = await store._enqueue(session, parent, prefix)
         # The same create sent again (as after a connection loss): found, not made twice.
         again, token_again, children = await store._enqueue(session, parent, prefix, True)
@@ -111,7 +112,7 @@ async def test_a_short_disconnection_keeps_the_session_and_token(
         [keeper] = client._sessions.values()
         session = keeper.handle
         assert isinstance(session, ZooKeeperSession)
-        port = session.client._connection._socket.getpeername()[1]
+        port = server_port(session.client)
         [server] = [s for s in zookeeper_ensemble.servers if s.client_port == port]
         server.pause()  # the client's server stops answering: SUSPENDED, then elsewhere
         try:
@@ -187,20 +188,20 @@ async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_relea
     session is stamped by the first reader that sees it, and counts from then."""
     store = open_store(zookeeper_store_url)
     assert isinstance(store, ZooKeeperStore)
-    reader = await store._connected_reader()
-    marker = store._marker("m")
+    reader = await store.reader()
+    marker = store.paths.marker("m")
     try:
         session = await store.open_session(5, OWNER, 2.0)
         first = await store.attempt(session, "m", None, False)
         assert isinstance(first, Grant)
-        data, _ = await _result(reader.get_async(marker))
+        data, _ = await result(reader.get_async(marker))
         assert json.loads(data) == {"token": first.token, "lock_delay": 2.0}
         assert [info.name for info in await store.locks()] == ["m"]
         await store.release(session, "m", first.token)
-        assert await _result(reader.exists_async(marker)) is None
+        assert await result(reader.exists_async(marker)) is None
         assert isinstance(await store.attempt(session, "m", None, False), Grant)
         await store.close_session(session)
-        assert await _result(reader.exists_async(marker)) is None
+        assert await result(reader.exists_async(marker)) is None
         dead = await store.open_session(1, OWNER, 2.0)
         granted = await store.attempt(dead, "m", None, False)
         assert isinstance(granted, Grant)
@@ -209,7 +210,7 @@ async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_relea
                 await anyio.sleep(0.05)
         [held] = await store.held_back()
         assert (held.name, held.token) == ("m", granted.token) and 1.8 < held.free_in <= 2.0
-        data, _ = await _result(reader.get_async(marker))
+        data, _ = await result(reader.get_async(marker))
         assert json.loads(data)["noticed"] is True
         await store.close_session(dead)
     finally:

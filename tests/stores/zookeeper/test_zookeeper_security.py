@@ -23,7 +23,6 @@ import anyio
 import pytest
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoAuthError, NotEmptyError  # type: ignore[import-untyped]
-from kazoo.protocol.connection import _CONNECTION_DROP  # type: ignore[import-untyped]
 from kazoo.security import OPEN_ACL_UNSAFE  # type: ignore[import-untyped]
 
 import tenure
@@ -31,6 +30,7 @@ from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore
+from tenure.stores.zookeeper.transport import drop_connection
 from tenure.testing.certs import _pkcs8
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperTLS, four_letters
 
@@ -365,7 +365,7 @@ async def test_credentials_are_sent_again_after_a_reconnection(
         first = await client.acquire("before", ttl=10, wait=False)
         [session] = [keeper.handle for keeper in client._sessions.values()]
         assert isinstance(session, ZooKeeperSession)
-        session.client._call(_CONNECTION_DROP, None)
+        drop_connection(session.client)
         second = await client.acquire("after", ttl=10, wait=False)  # a new parent node
         assert second.token > first.token
         assert sorted(i.name for i in await client.locks()) == ["after", "before"]

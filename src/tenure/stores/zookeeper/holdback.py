@@ -1,0 +1,171 @@
+"""Lock-delay on ZooKeeper: the hold-back marker beside a lock's queue, put with a grant, taken
+away with a release, stamped by the first reader that sees its grant's node gone, and counted
+from that stamp by the servers' clock (docs/stores/zookeeper.md)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from ..._values import HeldBack
+from .connections import Connections
+from .nodes import MARK, Mark, Paths, encode, queue_of
+from .session import ZooKeeperSession
+from .transport import kazoo
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+    from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
+
+Call = Callable[[Callable[["KazooClient"], "IAsyncResult"]], Awaitable[Any]]
+"""Sends a request made for a client and awaits its answer (a session's, or the reader's)."""
+
+RETRY = 0.05
+"""Seconds before attempting again after a marker changed under an attempt."""
+
+
+async def claim(
+    conn: Connections, session: ZooKeeperSession, marker: str, name: str, path: str, czxid: int
+) -> float:
+    """0 if the session, first in line with its node ``path`` (created at ``czxid``), is
+    granted ``name`` now: its own marker put if it has a lock-delay, a spent one taken
+    away. Else the seconds another grant's marker still holds the name back."""
+    k = kazoo()
+    client = session.client
+
+    async def call(request: Callable[[KazooClient], IAsyncResult]) -> Any:
+        return await conn.settled(session, lambda: request(client))
+
+    ours = Mark(czxid, session.lock_delay).data()
+    for _ in range(3):
+        try:
+            data, stat = await call(lambda c: c.get_async(marker))
+            mark: Mark | None = Mark.parse(data)
+        except k.exceptions.NoNodeError:
+            stat = mark = None
+        if mark is not None and mark.token == czxid:
+            session.marks[(name, czxid)] = int(stat.version)  # put by our own multi
+            return 0.0
+        if mark is not None:
+            left = await time_left(call, conn.paths, marker, mark, stat)
+            if left > 0:
+                return left
+        elif not session.lock_delay:
+            return 0.0  # nothing to put; only the first in line (this one) puts markers
+
+        def multi(stat: Any = stat) -> IAsyncResult:
+            # Only while the own node exists, over the marker as read (or its absence).
+            txn = client.transaction()
+            txn.check(path, -1)
+            if stat is None:
+                txn.create(marker, ours)
+            elif session.lock_delay:
+                txn.set_data(marker, ours, stat.version)
+            else:
+                txn.delete(marker, stat.version)
+            return txn.commit_async()
+
+        results = await conn.settled(session, multi)
+        if not any(isinstance(r, k.exceptions.KazooException) for r in results):
+            if session.lock_delay:
+                session.marks[(name, czxid)] = 0 if stat is None else int(stat.version) + 1
+            return 0.0
+        if isinstance(results[0], k.exceptions.NoNodeError):
+            break  # the own node is gone: the next attempt queues again (or finds it gone)
+        # The marker changed meanwhile (or this multi applied, its answer lost): read again.
+    return RETRY
+
+
+async def time_left(call: Call, paths: Paths, marker: str, mark: Mark, stat: Any) -> float:
+    """Seconds ``mark`` (read at ``stat``; its grant's node seen gone) still holds its name
+    back, by the servers' clock: counted from the first reader that saw the node gone,
+    which stamps the marker (a write: its mtime is the leader's clock then). The time now
+    is the mtime of a write too (``<chroot>/locks``, whose data nobody reads)."""
+    k = kazoo()
+    if mark.lock_delay <= 0:
+        return 0.0  # not a marker of tenure's
+    try:
+        if not mark.noticed:
+            noticed = replace(mark, noticed=True).data()
+            await call(lambda c: c.set_async(marker, noticed, stat.version))
+            return mark.lock_delay
+        now = await call(lambda c: c.set_async(paths.root, b""))
+    except (k.exceptions.BadVersionError, k.exceptions.NoNodeError):
+        return RETRY  # changed meanwhile: read it again
+    return (int(stat.mtime) + mark.lock_delay * 1000 - int(now.mtime)) / 1000
+
+
+async def release_marked(
+    conn: Connections,
+    session: ZooKeeperSession,
+    marker: str,
+    path: str,
+    token: int,
+    version: int,
+) -> None:
+    """Delete the own node and its marker in one multi: a clean release frees the name."""
+    k = kazoo()
+    client = session.client
+
+    def multi() -> IAsyncResult:
+        txn = client.transaction()
+        txn.delete(path, -1)
+        txn.delete(marker, version)
+        return txn.commit_async()
+
+    results = await conn.settled(session, multi)
+    if not any(isinstance(r, k.exceptions.KazooException) for r in results):
+        return
+    # The node was gone (deleted by hand, or this multi applied, its answer lost): a marker
+    # of this grant left now stands for nothing.
+    await conn.delete(session, path)
+    try:
+        data, stat = await conn.settled(session, lambda: client.get_async(marker))
+    except k.exceptions.NoNodeError:
+        return
+    if Mark.parse(data).token == token:
+        with contextlib.suppress(k.exceptions.NoNodeError, k.exceptions.BadVersionError):
+            await conn.settled(session, lambda: client.delete_async(marker, stat.version))
+
+
+async def held_back(conn: Connections, name: str | None = None) -> list[HeldBack]:
+    """The names whose marker holds them back now (``name`` only, if given)."""
+    k = kazoo()
+    root = conn.paths.root
+    if name is None:
+        try:
+            children = await conn.read(lambda c: c.get_children_async(root))
+        except k.exceptions.NoNodeError:
+            return []
+        encoded = sorted(c[: -len(MARK)] for c in children if c.endswith(MARK))
+    else:
+        encoded = [encode(name)]
+    client = await conn.reader()
+    # Each marker is read before its queue: a queue without the marker's grant means that
+    # grant's node was gone after the marker was read.
+    pending = [
+        (client.get_async(f"{root}/{e}{MARK}"), client.get_children_async(f"{root}/{e}"))
+        for e in encoded
+    ]
+    found: list[HeldBack] = []
+    for enc, (marked, listing) in zip(encoded, pending, strict=True):
+        try:
+            data, stat = await conn.answer(marked)
+        except k.exceptions.NoNodeError:
+            continue
+        mark = Mark.parse(data)
+        try:
+            queue = queue_of(await conn.answer(listing))
+        except k.exceptions.NoNodeError:
+            queue = []
+        if queue:
+            first = await conn.answer(client.exists_async(f"{root}/{enc}/{queue[0]}"))
+            if first is not None and int(first.czxid) == mark.token:
+                continue  # its grant still holds
+        left = await time_left(conn.read, conn.paths, f"{root}/{enc}{MARK}", mark, stat)
+        if left > 0:
+            found.append(HeldBack(unquote(enc), mark.token, left))
+    return found

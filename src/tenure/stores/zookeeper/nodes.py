@@ -1,0 +1,139 @@
+"""The ZooKeeper store's nodes: where they are (`Paths`), what their data says (a lock node's
+owner, a lock's proclaimed values, the hold-back marker `Mark`), and the queue's order."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from ..._values import LockInfo, Owner
+from .._kit import FOREIGN, owner_fields, owner_json, owner_of, parse_owner
+
+SEQUENCE = re.compile(r"-(\d{10})$")
+MARK = "%held"
+"""Suffix of a lock's hold-back marker beside its parent (``%he`` is never a percent-escape)."""
+LOG_LENGTH = 32
+"""Proclaimed values kept in a lock's parent node, for watchers that read late."""
+
+
+def encode(name: str) -> str:
+    """``name`` as one path segment of ASCII: ``a/b``, ``..``, ``../x`` never walk the tree."""
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The nodes under a chroot: ``locks`` (a queue per name, the hold-back markers beside
+    them) and ``records``."""
+
+    chroot: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.chroot}/locks"
+
+    @property
+    def records(self) -> str:
+        return f"{self.chroot}/records"
+
+    def parent(self, name: str) -> str:
+        """The queue of ``name``."""
+        return f"{self.root}/{encode(name)}"
+
+    def marker(self, name: str) -> str:
+        """The hold-back marker of ``name``: beside its parent, not in it (the queue and its
+        watches never see it)."""
+        return f"{self.root}/{encode(name)}{MARK}"
+
+    def record(self, key: str) -> str:
+        return f"{self.records}/{encode(key)}"
+
+
+def queue_of(children: list[str]) -> list[str]:
+    """The lock's nodes in arrival order (foreign children ignored)."""
+    numbered = []
+    for child in children:
+        match = SEQUENCE.search(child)
+        if match:
+            numbered.append((int(match.group(1)), child))
+    return [child for _, child in sorted(numbered)]
+
+
+def node_data(owner: Owner, ttl: float) -> bytes:
+    """A lock node's data: who holds its session, and the session's timeout."""
+    return owner_json(owner, ttl=ttl).encode()
+
+
+def lock_info(name: str, data: bytes, stat: Any, count: int) -> LockInfo:
+    """The holder of ``name`` from its node (``data``, ``stat``) in a queue of ``count``."""
+    who, fields = parse_owner(data)
+    try:
+        value = fields.get("value")
+        ttl = float(fields.get("ttl", 0.0))
+    except (ValueError, TypeError):
+        who, value, ttl = FOREIGN, None, 0.0
+    value = value if isinstance(value, str) else None
+    return LockInfo(name, int(stat.czxid), who, ttl, max(0, count - 1), value)
+
+
+def read_log(data: bytes) -> list[tuple[int, LockInfo]]:
+    """The values last proclaimed on a lock (its parent node's data): (number, term + value)."""
+    entries = []
+    try:
+        for fields in json.loads(data)["log"] if data else []:
+            who = owner_of(fields)
+            value = fields["value"]
+            value = value if isinstance(value, str) else None
+            entries.append((int(fields["n"]), LockInfo("", int(fields["token"]), who, 0, 0, value)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return entries
+
+
+def log_data(
+    log: list[tuple[int, LockInfo]], owner: Owner, ttl: float, token: int, value: str
+) -> bytes:
+    """A lock's parent data with ``value`` proclaimed in the term ``token`` (by ``owner``, on a
+    session of ``ttl``) after the last ``LOG_LENGTH - 1`` values of ``log``."""
+    number = log[-1][0] + 1 if log else 1
+    kept = [
+        {"n": n, **owner_fields(info.owner), "token": info.token, "value": info.value}
+        for n, info in log[-(LOG_LENGTH - 1) :]
+    ]
+    entry = {"n": number, **owner_fields(owner), "ttl": ttl, "token": token, "value": value}
+    return json.dumps({"log": [*kept, entry]}).encode()
+
+
+def value_in(log: list[tuple[int, LockInfo]], token: int) -> str | None:
+    """The value last proclaimed in the term ``token`` (None: none yet)."""
+    return next((info.value for _, info in reversed(log) if info.token == token), None)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A lock's hold-back marker: which grant it stands for, that grant's lock-delay, and
+    whether a reader has seen the grant's node gone (the marker's mtime then says when)."""
+
+    token: int
+    lock_delay: float
+    noticed: bool = False
+
+    @classmethod
+    def parse(cls, data: bytes | None) -> Mark:
+        try:
+            fields = json.loads(data or b"")
+            return cls(
+                int(fields["token"]), float(fields["lock_delay"]), bool(fields.get("noticed"))
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls(0, 0.0)  # not tenure's: holds nothing back
+
+    def data(self) -> bytes:
+        fields: dict[str, object] = {"token": self.token, "lock_delay": self.lock_delay}
+        if self.noticed:
+            fields["noticed"] = True
+        return json.dumps(fields).encode()

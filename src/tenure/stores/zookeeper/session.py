@@ -1,0 +1,83 @@
+"""The ZooKeeper store's handles: a session (one kazoo client, one ZooKeeper session) and a
+waiter's ticket (its node in a lock's queue, and what it waits for)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..._values import Owner
+from .._kit import InDoubt, patience
+from .._spi import Session
+from .nodes import node_data
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+
+
+class Gone(Exception):
+    """The session expired (or was closed)."""
+
+
+@dataclass(eq=False)
+class ZooKeeperSession(Session):
+    ttl: float
+    client: KazooClient
+    connection: Any
+    session_id: int
+    tag: str
+    owner: Owner
+    granted: float
+    """The session timeout the server granted (seconds): a holder's ``expires_in``."""
+    counter: int = 0
+    held: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(name, token) → own node path of the grants this session holds."""
+    doubt: InDoubt[tuple[str, str]] = field(default_factory=InDoubt)
+    """(parent, prefix) of creates whose answer was lost: deleted at the next keep-alive."""
+    closed: bool = False
+    lock_delay: float = 0.0
+    marks: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(name, token) → data version of the hold-back marker this session's grant put."""
+
+    @property
+    def gone(self) -> bool:
+        return bool(self.connection.ended)
+
+    @property
+    def patience(self) -> float:
+        """How long to wait for one answer before trying another server."""
+        return patience(self.ttl, 2.0, floor=0.3, share=3)
+
+    def prefix(self) -> str:
+        self.counter += 1
+        return f"{self.tag}-{self.counter:x}-"
+
+    def data(self) -> bytes:
+        """The data of this session's lock nodes."""
+        return node_data(self.owner, self.granted)
+
+
+@dataclass(eq=False)
+class ZooKeeperTicket:
+    session: ZooKeeperSession
+    name: str
+    path: str
+    czxid: int
+    """The own node's creation zxid: the token, if this node comes first."""
+    predecessor: str | None = None
+    """What `wait` watches, as the last attempt found it: the node before this one in the
+    queue, or the hold-back marker when this one is first in line (None: nothing, poll)."""
+    left: bool = False
+    event: anyio.Event | None = None
+    call: Callable[[Callable[[], object]], None] | None = None
+
+    def on_watch(self, _event: object) -> None:  # kazoo's thread: hand over, nothing more
+        if self.call is not None:
+            self.call(self._wake)
+
+    def _wake(self) -> None:
+        if self.event is not None:
+            self.event.set()
