@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -166,11 +166,8 @@ class Listener:
         conn = self.conn
         if conn is not None and not conn.closed and channel in self._listening:
             return self.pid
-        self._pending += 1
         try:
-            if self._reading is not None:
-                self._reading.cancel()  # the reader gives the connection up for a moment
-            async with self._lock:
+            async with self._taken():
                 with anyio.fail_after(self._timeout):
                     conn = self.conn
                     reused = conn is not None and not conn.closed
@@ -198,24 +195,29 @@ class Listener:
             if conn is not None:
                 self.drop(conn)
             raise self._unavailable.of(exc) from exc
-        finally:
-            self._pending -= 1
 
     async def unlisten(self, channel: str) -> None:
         conn = self.conn
         if conn is None or conn.closed or channel not in self._listening:
             return
-        self._pending += 1
         try:
-            if self._reading is not None:
-                self._reading.cancel()  # the reader gives the connection up for a moment
-            async with self._lock:
+            async with self._taken():
                 if conn is self.conn and not conn.closed:
                     with anyio.fail_after(self._timeout):
                         await conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(channel)))
                     self._listening.discard(channel)
         except (psycopg.Error, TimeoutError, OSError):
             self.drop(conn)
+
+    @contextlib.asynccontextmanager
+    async def _taken(self) -> AsyncIterator[None]:
+        """The connection, for LISTEN or UNLISTEN: the reader gives it up for a moment."""
+        self._pending += 1
+        try:
+            if self._reading is not None:
+                self._reading.cancel()
+            async with self._lock:
+                yield
         finally:
             self._pending -= 1
 
