@@ -15,7 +15,7 @@ with ``leave``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .._errors import InvalidArgument
@@ -47,7 +47,6 @@ class Busy:
     AHEAD_POLL: ClassVar[float] = 2.0
     """``retry_in`` while the lock is free but live waiters are ahead: if the lock was freed by
     expiry, nobody hands it over, and the one ahead may itself be asleep until its own retry."""
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 class Watch(ABC):

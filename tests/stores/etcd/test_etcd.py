@@ -350,10 +350,12 @@ async def test_a_waiters_attempt_only_reads_unless_its_key_is_gone(
         granted = await store.attempt(a, "r", None, enqueue=True)
         busy = await store.attempt(b, "r", None, enqueue=True)
         assert isinstance(granted, Grant) and isinstance(busy, Busy)
+        assert isinstance(busy.ticket, EtcdTicket)
+        predecessor = busy.ticket.predecessor
         recorder.take()
         again = await store.attempt(b, "r", busy.ticket, enqueue=True)  # still busy
         assert isinstance(again, Busy) and again.ticket is busy.ticket
-        assert again.extra["predecessor"] == busy.extra["predecessor"]
+        assert busy.ticket.predecessor == predecessor
         assert recorder.take() == ["kv/txn"]  # one read-only txn; the holder's TTL remembered
         await store.release(a, "r", granted.token)
         recorder.take()

@@ -71,6 +71,10 @@ class EtcdTicket:
     revision: int
     """The own key's create revision: the place in the queue."""
     left: bool = False
+    predecessor: bytes | None = None
+    """The key `wait` watches, as the last attempt found it (None: none, poll)."""
+    read_at: int = 0
+    """The revision the last attempt read it at: `wait` watches from the next one."""
 
 
 class Sessions:

@@ -302,12 +302,8 @@ class EtcdStore(Store, Elections, Records):
         predecessor = unb64(before["key"]) if before else None
         if first and back:
             predecessor = held_key  # first in line: woken when the hold-back key expires
-        return Busy(
-            holder=holder,
-            ticket=ticket,
-            retry_in=retry_in,
-            extra={"predecessor": predecessor, "revision": revision},
-        )
+        ticket.predecessor, ticket.read_at = predecessor, revision
+        return Busy(holder=holder, ticket=ticket, retry_in=retry_in)
 
     async def _hold(
         self, session: EtcdSession, key: bytes, held_key: bytes, mine: int, held: JSON | None
@@ -370,10 +366,10 @@ class EtcdStore(Store, Elections, Records):
         return left
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
-        predecessor = busy.extra.get("predecessor")
-        revision = busy.extra.get("revision")
+        assert isinstance(ticket, EtcdTicket)
+        predecessor, revision = ticket.predecessor, ticket.read_at
         with anyio.move_on_after(timeout):
-            if isinstance(predecessor, bytes) and isinstance(revision, int):
+            if predecessor is not None:
                 create = {
                     "key": b64(predecessor),
                     "start_revision": str(revision + 1),
