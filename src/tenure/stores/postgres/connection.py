@@ -16,7 +16,7 @@ import anyio
 
 from ..._errors import InvalidArgument, StoreUnavailable
 from .._connect import ENV_PASSWORD, SECRET_QUERY, ConnectOptions, check, redact, scrub, url_options
-from .._kit import InDoubt, Unavailable, parse_url
+from .._kit import Backoff, InDoubt, Unavailable, parse_url
 from .._registry import BY_SCHEME
 
 try:
@@ -151,7 +151,7 @@ class Commands:
                 with anyio.fail_after(CALL_TIMEOUT):
                     reused = self.conn is not None
                     conn = await self._connection()
-                    retries = 0
+                    retries, backoff = 0, Backoff(first=0.002, most=0.032, jitter=False)
                     while True:
                         try:
                             while self.owed:
@@ -160,11 +160,10 @@ class Commands:
                                 self.owed.discard(cleanup)
                             return await fn(conn)
                         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
-                            # Not Backoff: a few fixed, short steps, then the error.
-                            if retries == RETRIES:
+                            if retries == RETRIES:  # waits of 2, 4, … 32 ms, then the error
                                 raise
                             retries += 1
-                            await anyio.sleep(0.001 * 2**retries)
+                            await backoff.sleep()
                         except psycopg.OperationalError:
                             if not reused:
                                 raise
@@ -192,12 +191,14 @@ def conninfo(url: str, options: ConnectOptions) -> tuple[str, str]:
     """libpq's connection string for ``url`` and ``options`` (the common options become
     libpq's, libpq's own pass through), and the schema's name; one ``InvalidArgument`` for a
     mistake."""
-    checked = parse_url(url, SCHEMES, STORE, "", fragment="no #fragment allowed")
+    checked = parse_url(url, SCHEMES, STORE, "", fragment=None)
     parts = checked.parts
     try:
         parse_qsl(parts.query, keep_blank_values=True, strict_parsing=True)
     except ValueError as exc:
         raise checked.bad(str(exc)) from None
+    if parts.fragment:
+        raise checked.bad("no #fragment allowed")
     common, rest = url_options(url, STORE)
     schema, libpq, passthrough = _split_query(rest, checked.bad)
     params = _libpq_params(options.over(common), libpq)
