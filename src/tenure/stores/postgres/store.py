@@ -90,10 +90,6 @@ class PostgresStore(Store, Elections, Records):
         """Notifications received (a release wakes one waiter: one notification)."""
         return self.listener.notifications
 
-    @property
-    def _dsn(self) -> str:  # read by testing/chaos/guards.py, until it uses connect() and holds()
-        return self.transport.dsn
-
     # -- the guard: a caller's writes, made only while a lock is held --------------------
 
     def holds(self, name: str = "name", token: str = "token") -> sql.Composable:

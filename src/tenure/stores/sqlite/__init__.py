@@ -8,7 +8,6 @@ waiters and their FIFO wake-ups; ``events.py`` the watches; ``files.py`` the own
 
 from __future__ import annotations
 
-from .schema import LIVE, boot_id
 from .store import SQLiteStore
 
-__all__ = ["LIVE", "SQLiteStore", "boot_id"]
+__all__ = ["SQLiteStore"]

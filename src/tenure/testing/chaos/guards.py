@@ -12,39 +12,40 @@ The read needs no guard: it comes after our grant, and a write accepted between 
 write was made by another token while it held the lock, i.e. after a grant that replaced our
 token for good (tokens are never issued twice), so our own write is then refused.
 
-One class per store, chosen by the store URL (`open_guard`). The log is "counter"-shaped
+The guard itself is each store's own, public one (``tenure.stores.sqlite.guard.holds``,
+``PostgresStore.holds`` over ``PostgresStore.connect``, ``EtcdStore.guarded_txn``): the harness
+keeps no copy of a store's schema and reads no private attribute. One class per store, chosen by
+the store URL (`open_guard`). The log is "counter"-shaped
 (``{"old": n, "new": n+1}`` per write, in commit order), so the counter's checkers apply as they
 are. ``setup`` resets the counter to 0 and empties the log, as each run starts a fresh resource.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
 
-from ..._clock import REAL_CLOCK
 from ..._errors import InvalidArgument, StaleToken, TenureError
-from ...stores._etcd_gateway import JSON, b64, prefix_end, unb64
-from ...stores.etcd import EtcdStore, put_op
-from ...stores.postgres import CALL_TIMEOUT, CONNECT_TIMEOUT, PostgresStore
-from ...stores.sqlite import LIVE, SQLiteStore, boot_id
+from ..._loop_thread import LoopThread
+from ...stores._registry import BY_SCHEME
+from ...stores.etcd import JSON, EtcdStore, b64, prefix_end, put_op, unb64
+from ...stores.postgres import CALL_TIMEOUT, PostgresStore
+from ...stores.sqlite import SQLiteStore
+from ...stores.sqlite.guard import holds as sqlite_holds
 from .history import Accepted, ResourceLog
 
 try:
-    import psycopg
     from psycopg import sql
 except ImportError:  # the 'postgres' extra is not installed: PostgresStore.from_url says so
-    psycopg = None  # type: ignore[assignment]
+    sql = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -96,40 +97,15 @@ class Guard(ABC):
 
 def open_guard(url: str, lock: str = "chaos") -> Guard:
     scheme = urlsplit(url).scheme.lower()
-    if scheme == "sqlite":
-        return SQLiteGuard(url, lock)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresGuard(url, lock)
-    if scheme == "etcd":
-        return EtcdGuard(url, lock)
-    raise InvalidArgument(f"the guarded workload has no guard for {scheme!r} stores")
+    entry = BY_SCHEME.get(scheme)
+    guard = GUARDS.get(entry.key) if entry else None
+    if guard is None:
+        raise InvalidArgument(f"the guarded workload has no guard for {scheme!r} stores")
+    return guard(url, lock)
 
 
 def _data(old: int, new: int) -> dict[str, int]:
     return {"old": old, "new": new}
-
-
-class _LoopThread:
-    """An event loop on a daemon thread, for the async clients (etcd, PostgreSQL) of a sync
-    caller: a worker that exits without closing it is not held up by it."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="tenure-guard", daemon=True
-        )
-        self._thread.start()
-
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        async def run() -> T:
-            return await fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
 
 
 # -- SQLite ------------------------------------------------------------------------------------
@@ -141,11 +117,6 @@ CREATE TABLE IF NOT EXISTS tenure_chaos_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     process TEXT NOT NULL, token INTEGER NOT NULL, data TEXT NOT NULL);
 """
-# Held: the lock's row carries our token and its session is live, as the store judges a holder.
-_SQLITE_HELD = (
-    "EXISTS (SELECT 1 FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
-    " WHERE l.name = :name AND l.token = :token AND " + LIVE + ")"
-)
 
 
 class SQLiteGuard(Guard):
@@ -156,7 +127,6 @@ class SQLiteGuard(Guard):
         store = SQLiteStore.from_url(url)  # creates the store's file and tables if new
         anyio.run(store.aclose)
         self._db = sqlite3.connect(store.path, isolation_level=None, timeout=60)
-        self._boot = boot_id()
 
     def setup(self) -> None:
         self._db.executescript(_SQLITE_SETUP)
@@ -185,9 +155,10 @@ class SQLiteGuard(Guard):
         # release and sweep of the store takes too: no grant can commit between this check and
         # our commit, so holding the token at the check is holding it at commit.
         with self._transaction():
-            now = REAL_CLOCK.now()  # read with the write lock held, as the store does
-            held = _SQLITE_HELD if guarded else "1"  # unguarded: trust the lock alone
-            params = {"new": new, "name": self.lock, "token": token, "boot": self._boot, "now": now}
+            held, params = sqlite_holds(self.lock, token)  # the clock read with the lock held
+            if not guarded:
+                held = "1"  # unguarded: trust the lock alone
+            params["new"] = new
             update = f"UPDATE tenure_chaos_counter SET value = :new WHERE {held}"
             cur = self._db.execute(update, params)
             if cur.rowcount != 1:
@@ -228,15 +199,6 @@ WITH counted AS (
 INSERT INTO {s}.chaos_log (process, token, data)
 SELECT %(process)s, %(token)s, %(data)s FROM counted RETURNING seq
 """
-# Held: the lock's row carries our token and its session is live by the server's clock. FOR SHARE
-# locks that row until we commit; every grant, hand-over, release and sweep writes it (upsert or
-# delete), so none can commit between this check and our commit: holding the token at the check
-# is holding it at commit. A grant committed meanwhile is seen, as READ COMMITTED re-reads a row
-# changed under the lock (its token then differs: refused).
-_PG_HELD = """EXISTS (
-    SELECT 1 FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session
-     WHERE l.name = %(name)s AND l.token = %(token)s AND s.expires > clock_timestamp()
-       FOR SHARE OF l)"""
 
 
 class PostgresGuard(Guard):
@@ -246,7 +208,7 @@ class PostgresGuard(Guard):
         super().__init__(lock)
         self._store = PostgresStore.from_url(url)
         s = sql.Identifier(self._store.schema)
-        held = sql.SQL(_PG_HELD).format(s=s)
+        held = self._store.holds("name", "token")  # the store's own test that a token holds
         self._setup = sql.SQL(_PG_SETUP).format(s=s)
         self._write = {
             True: sql.SQL(_PG_WRITE).format(s=s, held=held),
@@ -256,7 +218,7 @@ class PostgresGuard(Guard):
         log = "SELECT seq, process, token, data FROM {s}.chaos_log ORDER BY seq"
         self._log = sql.SQL(log).format(s=s)
         self._conn: AsyncConnection[Any] | None = None
-        self._loop = _LoopThread()
+        self._loop = LoopThread("tenure-guard")
 
     def setup(self) -> None:
         self._loop.call(self._create_store_schema)
@@ -297,11 +259,7 @@ class PostgresGuard(Guard):
 
     async def _connection(self) -> AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self._store._dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
-            )
-            # _PG_HELD relies on READ COMMITTED, whatever the server's default.
-            await self._conn.execute("SET default_transaction_isolation = 'read committed'")
+            self._conn = await self._store.connect()  # autocommit, READ COMMITTED
         return self._conn
 
     async def _drop(self) -> None:
@@ -330,10 +288,10 @@ class EtcdGuard(Guard):
         root = f"{self._store.namespace}/chaos-guarded/".encode()
         self._counter = root + b"counter"
         self._entries = root + b"log/"
-        self._loop = _LoopThread()
+        self._loop = LoopThread("tenure-guard")
 
     async def _call(self, path: str, body: JSON) -> JSON:
-        return await self._store._gw.call(path, body)
+        return await self._store.request(path, body)
 
     def setup(self) -> None:
         entries = {"key": b64(self._entries), "range_end": b64(prefix_end(self._entries))}
@@ -373,3 +331,11 @@ class EtcdGuard(Guard):
     def close(self) -> None:
         self._loop.call(self._store.aclose)
         self._loop.close()
+
+
+GUARDS: dict[str, Callable[[str, str], Guard]] = {
+    "sqlite": SQLiteGuard,
+    "postgres": PostgresGuard,
+    "etcd": EtcdGuard,
+}
+"""The stores with a guarded write (each store's own public guard), by registry key."""
