@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from ._clock import REAL_CLOCK, Clock
+from ._lock import WaitCallback
 from ._names import check_label
+from ._once import Policy
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._url import Require, open_store
 from .stores._connect import NO_OPTIONS, ConnectOptions
@@ -19,7 +21,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
-__all__ = ["DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "Unpack"]
+__all__ = [
+    "DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "LockKeywords", "OnceKeywords", "Unpack",
+]  # fmt: skip
 
 DEFAULT_TTL = 30.0
 
@@ -47,6 +51,24 @@ class ConnectKeywords(TypedDict, total=False):
     username: str | None
     password: str | None
     """TLS and credentials: override the URL's (docs/production.md)."""
+
+
+class LockKeywords(TypedDict, total=False):
+    """The keywords of ``acquire`` and ``lock`` beside the name and TTL (the sync client passes
+    them to the async one's, which has their defaults)."""
+
+    wait: bool
+    timeout: float | None
+    on_wait: WaitCallback | None
+    lock_delay: float | None
+
+
+class OnceKeywords(TypedDict, total=False):
+    """The keywords of ``claim`` and ``once`` beside the job, slot and TTL."""
+
+    policy: Policy
+    wait: bool
+    timeout: float | None
 
 
 @dataclass(frozen=True)

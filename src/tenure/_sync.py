@@ -15,10 +15,17 @@ from ._client import AsyncClient
 from ._election import AsyncLeadership, Leader
 from ._errors import TenureError
 from ._lease import AsyncLease, LostCallback, end_of_hold
-from ._lock import WaitCallback, check_arguments
+from ._lock import check_arguments
 from ._loop_thread import LoopThread
-from ._once import AsyncRun, Policy, Slot, one_line
-from ._options import DEFAULT_TTL, ClientOptions, ConnectKeywords, Unpack
+from ._once import AsyncRun, Slot, one_line
+from ._options import (
+    DEFAULT_TTL,
+    ClientOptions,
+    ConnectKeywords,
+    LockKeywords,
+    OnceKeywords,
+    Unpack,
+)
 from ._values import Capabilities, HeldBack, LockInfo
 
 T = TypeVar("T")
@@ -153,26 +160,11 @@ class Client:
             self._call(late.abandon)
 
     def acquire(
-        self,
-        name: str,
-        ttl: float = DEFAULT_TTL,
-        *,
-        wait: bool = True,
-        timeout: float | None = None,
-        on_wait: WaitCallback | None = None,
-        lock_delay: float | None = None,
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[LockKeywords]
     ) -> Lease:
-        """Acquire ``name``; release with ``lease.release()``. See ``AsyncClient.acquire``."""
-        inner = self._call(
-            self._async.acquire,
-            name,
-            ttl,
-            wait=wait,
-            timeout=timeout,
-            on_wait=on_wait,
-            lock_delay=lock_delay,
-        )
-        return Lease(inner, self)
+        """Acquire ``name``; release with ``lease.release()``. See ``AsyncClient.acquire``
+        (``wait=True``, ``timeout=None``, ``on_wait=None``, ``lock_delay=None``)."""
+        return Lease(self._call(self._async.acquire, name, ttl, **options), self)
 
     @contextmanager
     def _hold(self, lease: Lease) -> Iterator[Lease]:
@@ -187,26 +179,17 @@ class Client:
             raise error
 
     def lock(
-        self,
-        name: str,
-        ttl: float = DEFAULT_TTL,
-        *,
-        wait: bool = True,
-        timeout: float | None = None,
-        on_wait: WaitCallback | None = None,
-        lock_delay: float | None = None,
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[LockKeywords]
     ) -> AbstractContextManager[Lease]:
         """``with client.lock(name, ttl=30) as lease``: released on exit; raises if lost."""
+        timeout, lock_delay = options.get("timeout"), options.get("lock_delay")
         check_arguments(name, ttl, timeout, self._async.drift, self._async.margin)
         self._async.timing(ttl, lock_delay)
         client = self
 
         @contextmanager
         def hold() -> Iterator[Lease]:
-            lease = client.acquire(
-                name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
-            )
-            with client._hold(lease) as held:
+            with client._hold(client.acquire(name, ttl, **options)) as held:
                 yield held
 
         return hold()
@@ -240,36 +223,20 @@ class Client:
     # -- once per slot --------------------------------------------------------------------
 
     def claim(
-        self,
-        job: str,
-        slot: str,
-        ttl: float = DEFAULT_TTL,
-        *,
-        policy: Policy = "at-least-once",
-        wait: bool = False,
-        timeout: float | None = None,
+        self, job: str, slot: str, ttl: float = DEFAULT_TTL, **options: Unpack[OnceKeywords]
     ) -> Run:
-        """See ``AsyncClient.claim``; end a true result with ``run.complete(exit_code)``."""
-        inner = self._call(
-            self._async.claim, job, slot, ttl, policy=policy, wait=wait, timeout=timeout
-        )
-        return Run(inner, self)
+        """See ``AsyncClient.claim`` (``policy="at-least-once"``, ``wait=False``,
+        ``timeout=None``); end a true result with ``run.complete(exit_code)``."""
+        return Run(self._call(self._async.claim, job, slot, ttl, **options), self)
 
     @contextmanager
     def once(
-        self,
-        job: str,
-        slot: str,
-        ttl: float = DEFAULT_TTL,
-        *,
-        policy: Policy = "at-least-once",
-        wait: bool = False,
-        timeout: float | None = None,
+        self, job: str, slot: str, ttl: float = DEFAULT_TTL, **options: Unpack[OnceKeywords]
     ) -> Iterator[Run]:
         """``with client.once(job, slot) as run: if run: ...``: leaving the block records done
         (or failed, with the block's exception, which propagates); a lost lease records
         nothing and raises ``LeaseLost``."""
-        run = self.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+        run = self.claim(job, slot, ttl, **options)
         if not run:
             yield run
             return
