@@ -109,7 +109,7 @@ async def test_a_short_disconnection_keeps_the_session_and_token(
         lease = await client.acquire("blip", ttl=4)
         store = client.store
         assert isinstance(store, ZooKeeperStore)
-        [keeper] = client._sessions.values()
+        [keeper] = client._pool._sessions.values()
         session = keeper.handle
         assert isinstance(session, ZooKeeperSession)
         port = server_port(session.client)

@@ -363,7 +363,7 @@ async def test_credentials_are_sent_again_after_a_reconnection(
     url = auth_url(zookeeper_ensemble, f"{USER}:{PASSWORD}@", fresh_chroot())
     async with tenure.connect_async(url) as client:
         first = await client.acquire("before", ttl=10, wait=False)
-        [session] = [keeper.handle for keeper in client._sessions.values()]
+        [session] = [keeper.handle for keeper in client._pool._sessions.values()]
         assert isinstance(session, ZooKeeperSession)
         drop_connection(session.client)
         second = await client.acquire("after", ttl=10, wait=False)  # a new parent node
