@@ -76,6 +76,38 @@ async def test_release_is_idempotent_and_never_frees_another_holder(store_url: s
         await second.release()
 
 
+async def test_a_stale_release_never_frees_the_next_holders_lock(store_url: str) -> None:
+    """Store level: a release with an old token changes nothing, whether it comes from a
+    holder whose session died meanwhile (it was paused) or from the session holding the newer
+    grant; only the holder's current token frees the name."""
+    store = open_store(store_url)
+    try:
+        paused = await store.open_session(1.5, tenure.Owner("h", 1, "paused"))  # not kept alive
+        holder = await store.open_session(10, tenure.Owner("h", 2, "holder"))
+        first = await store.attempt(paused, "stale", None, enqueue=False)
+        assert isinstance(first, Grant)
+        with anyio.fail_after(10):  # until the store has ended the paused holder's session
+            while await store.locks("stale"):
+                await anyio.sleep(0.02)
+        second = await store.attempt(holder, "stale", None, enqueue=False)
+        assert isinstance(second, Grant) and second.token > first.token
+        await store.release(paused, "stale", first.token)  # it wakes up and releases
+        await store.release(holder, "stale", first.token)
+        [info] = await store.locks("stale")
+        assert (info.token, info.owner.label) == (second.token, "holder")
+        await store.release(holder, "stale", second.token)
+        third = await store.attempt(holder, "stale", None, enqueue=False)  # the same session
+        assert isinstance(third, Grant) and third.token > second.token
+        await store.release(holder, "stale", second.token)  # its own earlier grant's token
+        assert [i.token for i in await store.locks("stale")] == [third.token]
+        await store.release(holder, "stale", third.token)
+        assert await store.locks("stale") == []
+        for session in (paused, holder):
+            await store.close_session(session)
+    finally:
+        await store.aclose()
+
+
 async def test_waiters_are_served_in_arrival_order(store_url: str) -> None:
     order: list[int] = []
     async with AsyncExitStack() as stack:

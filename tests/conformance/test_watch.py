@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from tenure._election import MAX_VALUE
 from tenure._url import open_store
 from tenure.stores._spi import Change, Grant, Owner, Store, Watch
 
@@ -84,6 +85,25 @@ async def test_proclaim_needs_the_holders_session_and_token(store: Store) -> Non
     finally:
         await store.close_session(one)
         await store.close_session(two)
+
+
+async def test_the_longest_values_are_reported_whole(store: Store) -> None:
+    """A leader's value may be MAX_VALUE characters: of 4 bytes each in UTF-8, or of 6 bytes
+    each escaped in JSON; every one is reported whole, in order."""
+    values = ["\U0001f451" * MAX_VALUE, '"\x01' * (MAX_VALUE // 2), "short"]
+    session = await store.open_session(30, Owner("h", 1, "long"))
+    watch = await store.watch("long")
+    try:
+        token = await grant(store, session, "long")
+        for value in values:
+            assert await store.proclaim(session, "long", token, value)
+        changes = await collect(watch, 4)
+        assert states(changes) == [(token, None), *((token, value) for value in values)]
+        [info] = await store.locks("long")
+        assert info.value == "short"
+    finally:
+        await watch.aclose()
+        await store.close_session(session)
 
 
 async def test_a_hand_over_to_a_waiter_is_reported(store: Store) -> None:

@@ -65,6 +65,8 @@ async def until_gone(server: RedisServer, key: str) -> None:
 async def test_a_stale_release_never_deletes_the_next_holders_lock(
     store: RedisStore, redis_server: RedisServer
 ) -> None:
+    """Besides what conformance/test_locks.py checks on every store: the release script itself
+    compares the token, even called with the next holder's own session."""
     first = await store.open_session(0.3, OWNER)  # never kept alive: it expires
     second = await store.open_session(10, OWNER)
     try:
@@ -107,6 +109,8 @@ async def test_the_counter_key_survives_release_and_tokens_only_grow(
 async def test_a_waiter_whose_session_died_is_skipped(
     store: RedisStore, redis_server: RedisServer
 ) -> None:
+    """Besides what conformance/test_queue.py checks on every store: the release hands the
+    lock past the dead waiter and pushes the token to the live one."""
     holder = await store.open_session(10, tenure.Owner("h", 1, "holder"))
     dead = await store.open_session(0.3, tenure.Owner("h", 2, "dead"))  # not kept alive
     alive = await store.open_session(10, tenure.Owner("h", 3, "alive"))
@@ -134,6 +138,8 @@ async def test_a_waiter_whose_session_died_is_skipped(
 async def test_a_busy_attempt_that_will_not_wait_leaves_no_trace(
     store: RedisStore, redis_server: RedisServer
 ) -> None:
+    """Besides what conformance/test_queue.py checks on every store: neither a queue key nor
+    the session's wake-up list is made."""
     one = await store.open_session(10, OWNER)
     two = await store.open_session(10, OWNER)
     try:
