@@ -125,7 +125,11 @@ class LoopThread:
 
     def spawn(self, func: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``func(*args)`` as a task of the loop until it ends or `close` cancels it."""
-        self._loop.call_soon_threadsafe(lambda: self._tg.start_soon(self._spawn, func, *args))
+
+        async def start() -> None:  # from a task of the loop: anyio needs one to start another
+            self._tg.start_soon(self._spawn, func, *args)
+
+        self.call(start)
 
     def close(self) -> None:
         """Cancel the tasks, leave what was entered, stop the loop and wait. Idempotent."""

@@ -287,3 +287,6 @@ def test_election_log_under_faults(
     report = chaos(tmp_path, scenario, url, workload="election")
     faulted(report, SCENARIOS[scenario].faults[0].replace("kill-any", "kill"))
     assert_safe(report)
+    # The observer was told of the terms, so the missed-term check had something to check.
+    observed = (tmp_path / "run" / "history" / "observer.jsonl").read_text()
+    assert observed.count('"f": "observe"') >= 3
