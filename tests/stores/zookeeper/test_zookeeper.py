@@ -94,7 +94,7 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
         assert (again, token_again) == (path, token)
         assert len(children) == 1
         # A create in doubt is cleaned at the next keep-alive.
-        session.doubt.add((parent, prefix))
+        session.in_doubt.add((parent, prefix))
         assert await store.keep_alive(session)
         assert await store.locks("lost") == []
     finally:

@@ -37,7 +37,7 @@ class EtcdSession(Session):
     in one session get different keys)."""
     held: dict[tuple[str, int], tuple[bytes, int]] = field(default_factory=dict)
     """(name, token) → (own key, slot) of the grants this session holds."""
-    dirty: InDoubt[bytes] = field(default_factory=InDoubt)
+    in_doubt: InDoubt[bytes] = field(default_factory=InDoubt)
     """Own keys that may be in etcd after a failed request; deleted at the next keep-alive."""
     value: bytes = field(init=False)
     """What the session's keys hold: its owner, as JSON."""
@@ -143,12 +143,12 @@ class Sessions:
             session.hold = 0
         session.held.clear()
         session.slots.clear()
-        session.dirty.clear()
+        session.in_doubt.clear()
 
     async def _sweep(self, session: EtcdSession, within: float) -> None:
         """Delete own keys that a failed request may have left (not ones in use again), and the
         hold-back key a lost grant's txn may have put with one."""
-        if not session.dirty:
+        if not session.in_doubt:
             return
         prefix = self._keys.prefix
         in_use = {self._keys.queued(prefix(n), session.id, s) for n, s in session.claimed()}
@@ -168,7 +168,7 @@ class Sessions:
             }
             await self._call("kv/txn", body)
 
-        await session.dirty.sweep(delete, within)
+        await session.in_doubt.sweep(delete, within)
 
     # -- leases ----------------------------------------------------------------------------
 

@@ -201,7 +201,7 @@ class EtcdStore(Store, Elections, Records):
         if ticket is None:
             slot = session.claim(name)
             key = self._keys.queued(prefix, session.id, slot)
-            session.dirty.discard(key)
+            session.in_doubt.discard(key)
         else:
             slot, key = ticket.slot, ticket.key
         queue = ticket is not None or enqueue
@@ -249,7 +249,7 @@ class EtcdStore(Store, Elections, Records):
             except StoreUnavailable:
                 if ticket is None:  # it may have applied: the key is deleted later unless reused
                     session.free(name, slot)
-                    session.dirty.add(key)
+                    session.in_doubt.add(key)
                 raise
             wrote = bool(answer.get("succeeded"))
         revision = int(answer["header"]["revision"])
@@ -294,7 +294,7 @@ class EtcdStore(Store, Elections, Records):
         except StoreUnavailable:
             if ticket is None:  # queued, but nobody will wait: deleted at the next keep-alive
                 session.free(name, slot)
-                session.dirty.add(key)
+                session.in_doubt.add(key)
             raise
         if ticket is None:
             ticket = EtcdTicket(session, name, key, slot, mine)
@@ -392,7 +392,7 @@ class EtcdStore(Store, Elections, Records):
         try:
             await self._call("kv/deleterange", {"key": b64(ticket.key)})
         except StoreUnavailable:
-            session.dirty.add(ticket.key)  # the next keep-alive deletes it (or the lease ends)
+            session.in_doubt.add(ticket.key)  # the next keep-alive deletes it (or the lease ends)
         session.free(ticket.name, ticket.slot)
 
     async def release(self, session: Session, name: str, token: int) -> None:

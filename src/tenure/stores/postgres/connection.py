@@ -96,7 +96,7 @@ class Transport:
 
 class Commands:
     """The store's command connection: one call at a time, each one statement in autocommit;
-    reopened (and set up: ``setup``) when broken; owed cleanups first."""
+    reopened (and set up: ``setup``) when broken; the cleanups in doubt first."""
 
     def __init__(
         self, transport: Transport, setup: Callable[[AsyncConnection[Any]], Awaitable[None]]
@@ -105,7 +105,7 @@ class Commands:
         self._setup = setup
         self._lock = anyio.Lock()  # one command at a time on the command connection
         self.conn: AsyncConnection[Any] | None = None
-        self.owed: InDoubt[Call[object]] = InDoubt()
+        self.in_doubt: InDoubt[Call[object]] = InDoubt()
         """Releases and leaves whose outcome is in doubt (the store went away): done again,
         idempotently, one statement each, before the next call, so no lock stays held by
         nobody."""
@@ -154,10 +154,10 @@ class Commands:
                     retries, backoff = 0, Backoff(first=0.002, most=0.032, jitter=False)
                     while True:
                         try:
-                            while self.owed:
-                                cleanup = next(iter(self.owed))
+                            while self.in_doubt:
+                                cleanup = next(iter(self.in_doubt))
                                 await cleanup(conn)
-                                self.owed.discard(cleanup)
+                                self.in_doubt.discard(cleanup)
                             return await fn(conn)
                         except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure):
                             if retries == RETRIES:  # waits of 2, 4, … 32 ms, then the error

@@ -185,7 +185,7 @@ class PostgresStore(Store, Elections, Records):
                     row = await self._fetch("attempt", params)
                 except StoreUnavailable:
                     # Granted or not, nobody would ever release it: release it by its request.
-                    self.commands.owed.add(self._release_call(session.id, name, None, request))
+                    self.commands.in_doubt.add(self._release_call(session.id, name, None, request))
                     raise
                 assert row is not None
                 state, token, host, pid, label, expires_in, queued, seq = row
@@ -242,7 +242,7 @@ class PostgresStore(Store, Elections, Records):
         try:
             await self.commands.run(leave)
         except StoreUnavailable:
-            self.commands.owed.add(leave)  # we may hold a lock handed to us: pass it on later
+            self.commands.in_doubt.add(leave)  # we may hold a lock handed to us: pass it on later
             raise
         finally:
             self.listener.unroute(ticket.channel, ticket)
@@ -253,7 +253,7 @@ class PostgresStore(Store, Elections, Records):
         try:
             await self.commands.run(release)
         except StoreUnavailable:
-            self.commands.owed.add(release)  # free it as soon as the store answers again
+            self.commands.in_doubt.add(release)  # free it as soon as the store answers again
             raise
 
     def _release_call(

@@ -35,7 +35,7 @@ class ZooKeeperSession(Session):
     counter: int = 0
     held: dict[tuple[str, int], str] = field(default_factory=dict)
     """(name, token) → own node path of the grants this session holds."""
-    doubt: InDoubt[tuple[str, str]] = field(default_factory=InDoubt)
+    in_doubt: InDoubt[tuple[str, str]] = field(default_factory=InDoubt)
     """(parent, prefix) of creates whose answer was lost: deleted at the next keep-alive."""
     closed: bool = False
     lock_delay: float = 0.0

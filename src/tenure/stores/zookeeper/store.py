@@ -146,7 +146,7 @@ class ZooKeeperStore(Store, Elections, Records):
             return False
         with contextlib.suppress(Gone):  # gone meanwhile: the next keep-alive tells
             clean = partial(self._clean, session)
-            await session.doubt.sweep(clean, within=session.patience)  # never delays for long
+            await session.in_doubt.sweep(clean, within=session.patience)  # never delays for long
         return True
 
     async def _clean(self, session: ZooKeeperSession, doubt: tuple[str, str]) -> None:
@@ -175,7 +175,7 @@ class ZooKeeperStore(Store, Elections, Records):
         # Closing the ZooKeeper session deletes every node it holds or queues with.
         await anyio.to_thread.run_sync(stop, session.client)
         session.held.clear()
-        session.doubt.clear()
+        session.in_doubt.clear()
         session.marks.clear()
 
     # -- locks -----------------------------------------------------------------------------
@@ -219,7 +219,7 @@ class ZooKeeperStore(Store, Elections, Records):
             except StoreUnavailable:
                 look_first = True
                 if time.monotonic() > give_up:
-                    session.doubt.add((parent, prefix))
+                    session.in_doubt.add((parent, prefix))
                     raise
                 await anyio.sleep(0.02)
                 continue
@@ -340,7 +340,7 @@ class ZooKeeperStore(Store, Elections, Records):
             await self._conn.delete(ticket.session, ticket.path)
         except StoreUnavailable:
             parent, child = ticket.path.rsplit("/", 1)
-            ticket.session.doubt.add((parent, child))  # deleted at the next keep-alive
+            ticket.session.in_doubt.add((parent, child))  # deleted at the next keep-alive
         except Gone:
             pass  # the session's nodes are gone with it
 
