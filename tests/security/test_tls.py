@@ -17,9 +17,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from secrecy import Fragments, TLSStore, one_error_line, one_line, run_cli
 
 import tenure
+from secrecy import Fragments, TLSStore, one_error_line, one_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.cli import EXIT_UNAVAILABLE, EXIT_USAGE
