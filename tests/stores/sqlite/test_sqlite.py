@@ -18,10 +18,10 @@ import pytest
 import tenure
 from tenure import StoreUnavailable
 from tenure._clock import REAL_CLOCK
-from tenure.stores import sqlite as sqlite_store
 from tenure.stores._spi import Grant, Owner, Session
 from tenure.stores.sqlite import SQLiteStore
 from tenure.stores.sqlite import events as sqlite_events
+from tenure.stores.sqlite import schema as sqlite_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -320,7 +320,7 @@ async def test_a_schema_2_file_with_a_live_lock_gets_lock_delay(tmp_path: Path) 
     raw.execute(
         "INSERT INTO tenure_sessions (boot, expires, ttl, host, pid, label)"
         " VALUES (?, ?, 1, 'h', 1, '')",
-        (sqlite_store.boot_id(), now + 0.5),
+        (sqlite_schema.boot_id(), now + 0.5),
     )
     raw.execute("INSERT INTO tenure_locks (name, token, session) VALUES ('old', 7, 1)")
     raw.commit()
