@@ -16,8 +16,9 @@ from ._errors import (
 )
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
+from ._partitions import AsyncMember, PartitionChange
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
-from ._sync import Client, Leadership, Lease, Run, connect
+from ._sync import Client, Leadership, Lease, Member, Run, connect
 from ._values import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "AsyncClient",
     "AsyncLeadership",
     "AsyncLease",
+    "AsyncMember",
     "AsyncRun",
     "Capabilities",
     "Client",
@@ -38,8 +40,10 @@ __all__ = [
     "LeaseLost",
     "LockInfo",
     "Loss",
+    "Member",
     "NotAcquired",
     "Owner",
+    "PartitionChange",
     "Run",
     "Slot",
     "StaleToken",

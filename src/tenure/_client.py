@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from types import TracebackType
 
@@ -19,10 +19,11 @@ from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_name
 from ._once import AsyncOnce, AsyncRun, Policy, Slot, check_policy, check_slot, claim, history
 from ._options import DEFAULT_TTL, ClientOptions, ConnectKeywords, Unpack
+from ._partitions import AsyncMember, bell_lock, check_group, check_items, check_weight
 from ._pool import SessionPool
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, HeldBack, LockInfo, Owner
-from .stores._spi import Store
+from .stores._spi import Store, elections_of
 
 
 class AsyncClient:
@@ -182,6 +183,30 @@ class AsyncClient:
     def observe(self, name: str) -> AsyncIterator[Leader | None]:
         """The current leader, then every change (``async for leader in client.observe(n)``)."""
         return observe(self.store, check_name(name))
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def partitions(
+        self,
+        group: str,
+        items: Iterable[str],
+        ttl: float = DEFAULT_TTL,
+        *,
+        weight: float = 1.0,
+        member: str | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncMember:
+        """``async with client.partitions(group, items) as member``: join ``group``, which
+        splits ``items`` among its members (each item owned by one, with its own lease and
+        fencing token: ``member.owned``); ``async for change in member.changes()`` says what
+        comes and goes. ``weight``: this member's share relative to the others'; ``member``:
+        its id (default: a random one). See docs/partitions.md."""
+        check_group(group)
+        found = check_items(group, items)
+        check_arguments(bell_lock(group), ttl, None, self.drift, self.margin)
+        self.timing(ttl, lock_delay)
+        elections_of(self.store)  # membership is an election per member
+        return AsyncMember(self._pool, group, found, ttl, check_weight(weight), member, lock_delay)
 
     # -- once per slot --------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
 __all__ = [
-    "DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "LockKeywords", "OnceKeywords", "Unpack",
+    "DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "LockKeywords", "OnceKeywords",
+    "PartitionKeywords", "Unpack",
 ]  # fmt: skip
 
 DEFAULT_TTL = 30.0
@@ -69,6 +70,14 @@ class OnceKeywords(TypedDict, total=False):
     policy: Policy
     wait: bool
     timeout: float | None
+
+
+class PartitionKeywords(TypedDict, total=False):
+    """The keywords of ``partitions`` beside the group, items and TTL."""
+
+    weight: float
+    member: str | None
+    lock_delay: float | None
 
 
 @dataclass(frozen=True)

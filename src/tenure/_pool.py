@@ -4,7 +4,9 @@ client: they need a session, the store and the clock, nothing of the client's su
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from types import TracebackType
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -60,6 +62,12 @@ class SessionPool:
                 self._sessions[key] = keeper
                 self._tg.start_soon(keeper.run)
             return keeper
+
+    def spawn(self, func: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
+        """Run ``func(*args)`` on the pool's task group, cancelled when the pool closes."""
+        if self._tg is None:
+            raise TenureError("use the client as `async with tenure.connect_async(...)`")
+        self._tg.start_soon(func, *args)
 
     async def close_sessions(self) -> None:
         """Release every lock held through the pool and end its sessions."""

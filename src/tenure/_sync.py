@@ -7,7 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
@@ -24,8 +24,10 @@ from ._options import (
     ConnectKeywords,
     LockKeywords,
     OnceKeywords,
+    PartitionKeywords,
     Unpack,
 )
+from ._partitions import AsyncMember, PartitionChange
 from ._values import Capabilities, HeldBack, LockInfo
 
 T = TypeVar("T")
@@ -113,6 +115,49 @@ class Run:
 
     def abandon(self) -> None:
         self._client._call(self._inner.abandon)
+
+
+class Member:
+    """A sync view of ``AsyncMember``: one member of a partition group."""
+
+    def __init__(self, inner: AsyncMember, client: Client) -> None:
+        self._inner = inner
+        self._client = client
+
+    def __repr__(self) -> str:
+        return repr(self._inner)
+
+    id = property(lambda self: self._inner.id)
+    group = property(lambda self: self._inner.group)
+    items = property(lambda self: self._inner.items)
+    weight = property(lambda self: self._inner.weight)
+
+    @property
+    def owned(self) -> dict[str, Lease]:
+        """Item → its lease, for the items this member holds now."""
+        return {item: Lease(lease, self._client) for item, lease in self._inner.owned.items()}
+
+    @property
+    def members(self) -> dict[str, float]:
+        return self._inner.members
+
+    def assignment(self) -> dict[str, str]:
+        return self._inner.assignment()
+
+    def changes(self) -> Iterator[PartitionChange[Lease]]:
+        """Every change of what this member owns, as a blocking iterator; a ``leaving`` item is
+        released when you ask for the next change."""
+        changes = self._inner.changes()
+        try:
+            while True:
+                try:
+                    change = self._client._call(changes.__anext__)
+                except StopAsyncIteration:
+                    return
+                yield PartitionChange(change.item, change.kind, Lease(change.lease, self._client))
+        finally:
+            if self._client._thread.alive:
+                self._client._call(changes.aclose)
 
 
 class Client:
@@ -247,6 +292,24 @@ class Client:
                 run.complete(error=one_line(exc))
             raise
         run.complete()
+
+    @contextmanager
+    def partitions(
+        self,
+        group: str,
+        items: Iterable[str],
+        ttl: float = DEFAULT_TTL,
+        **options: Unpack[PartitionKeywords],
+    ) -> Iterator[Member]:
+        """``with client.partitions(group, items) as member``; see ``AsyncClient.partitions``
+        (``weight=1.0``, ``member=None``, ``lock_delay=None``)."""
+        # Made on the loop: its events and cancel scopes belong to the loop's thread.
+        inner = self._thread.call_sync(lambda: self._async.partitions(group, items, ttl, **options))
+        self._call(inner.__aenter__)
+        try:
+            yield Member(inner, self)
+        finally:
+            self._call(inner.__aexit__, None, None, None)
 
     def history(self, job: str) -> list[Slot]:
         return self._call(self._async.history, job)

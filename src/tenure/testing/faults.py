@@ -6,7 +6,8 @@ async with tenure.AsyncClient(store) as client:
     store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
     store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
     store.drop_sessions = True       # the store answers that the session is gone: lost at once
-store.break_keep_alive = True    # renewals raise an unexpected error (a store bug): lost at once
+    store.break_keep_alive = True    # renewals raise an unexpected error (a store bug): lost at once
+    store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class FaultyStore(Store, Elections, Records):
         self.fail_keep_alive = False
         self.drop_sessions = False
         self.break_keep_alive = False
+        self.refuse_sessions = False
         self.keep_alive_calls = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
@@ -56,6 +58,8 @@ class FaultyStore(Store, Elections, Records):
         return self.inner.url
 
     async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+        if self.refuse_sessions:
+            raise StoreUnavailable("injected fault: cannot open a session")
         return await self.inner.open_session(ttl, owner, lock_delay)
 
     async def keep_alive(self, session: Session) -> bool:

@@ -1,0 +1,336 @@
+"""Partition ownership: a group of members splits a set of items so that each item has one owner,
+and moves items when a member joins, leaves or dies. A recipe over locks and elections, written
+once for every store that offers elections.
+
+- **Membership**: a member holds the lock ``partitions/<group>/member/<id>`` for as long as its
+  session lives, its weight proclaimed as the lock's value. Every member observes every other
+  member's lock (woken by the store's watch or notification; on SQL stores also when the holder
+  could have expired) and the group's *bell* ``partitions/<group>/bell``, which a member rings
+  (takes and releases) when it joins or leaves, so a newcomer is seen at once.
+- **Assignment**: weighted rendezvous hashing over the members' ids, deterministic and sticky: a
+  change of membership moves only the items whose owner changes.
+- **Ownership**: an item is the lock ``partitions/<group>/item/<item>``, with its own lease and
+  fencing token. Its assigned owner waits for it in the lock's queue; the old owner is told it
+  is leaving, stops, and releases it (or loses it by its deadline, after which lock-delay
+  applies): an item never has two valid holders, and no change stops the whole group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import uuid
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ._election import AsyncLeadership, campaign, observe
+from ._errors import InvalidArgument, NotAcquired, StoreUnavailable
+from ._lease import AsyncLease
+from ._lock import acquire
+from ._names import check_name
+
+if TYPE_CHECKING:
+    from ._pool import SessionPool
+
+log = logging.getLogger("tenure")
+PREFIX = "partitions/"
+ChangeKind = Literal["granted", "leaving", "lost"]
+L = TypeVar("L")
+
+
+def member_lock(group: str, member: str) -> str:
+    return f"{PREFIX}{group}/member/{member}"
+
+
+def item_lock(group: str, item: str) -> str:
+    return f"{PREFIX}{group}/item/{item}"
+
+
+def bell_lock(group: str) -> str:
+    return f"{PREFIX}{group}/bell"
+
+
+def check_group(group: object) -> str:
+    if not isinstance(group, str) or not group or "/" in group:
+        raise InvalidArgument(f"a partition group must be a non-empty name without '/': {group!r}")
+    check_name(bell_lock(group))
+    return group
+
+
+def check_weight(weight: object) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise InvalidArgument(f"weight must be a number, got {weight!r}")
+    if not math.isfinite(weight) or weight <= 0:
+        raise InvalidArgument(f"weight must be a finite number > 0, got {weight!r}")
+    return float(weight)
+
+
+def check_items(group: str, items: Iterable[str]) -> tuple[str, ...]:
+    """The items, each a name that makes a valid lock name, without repeats."""
+    if isinstance(items, str):
+        raise InvalidArgument("items must be a collection of names, not one string")
+    found = tuple(dict.fromkeys(items))
+    for item in found:
+        if not isinstance(item, str) or not item:
+            raise InvalidArgument(f"an item must be a non-empty string, got {item!r}")
+        check_name(item_lock(group, item))
+    return found
+
+
+def score(member: str, item: str, weight: float) -> float:
+    """Weighted rendezvous score: the member with the highest owns the item (-w / ln u, with u
+    uniform in (0, 1) from a hash of both: each member wins a share of items ∝ its weight)."""
+    digest = hashlib.blake2b(f"{member}\x00{item}".encode(), digest_size=8).digest()
+    u = (int.from_bytes(digest, "big") + 1) / (2**64 + 1)
+    return -weight / math.log(u)
+
+
+def assign(items: Iterable[str], members: Mapping[str, float]) -> dict[str, str]:
+    """Item → owning member id, for members of these weights (empty if there are none)."""
+    if not members:
+        return {}
+    return {item: max(members, key=lambda m: (score(m, item, members[m]), m)) for item in items}
+
+
+@dataclass(frozen=True)
+class PartitionChange(Generic[L]):
+    """One change of what this member owns: ``granted`` (it holds ``lease`` now), ``leaving``
+    (another member is to own it: stop its work; it is released when you ask for the next
+    change) or ``lost`` (the lease was lost: stop at once)."""
+
+    item: str
+    kind: ChangeKind
+    lease: L
+
+
+def read_members(group: str, values: Iterable[tuple[str, str | None]]) -> dict[str, float]:
+    """The members (id → weight) among ``(lock name, value)`` pairs of the store's locks."""
+    prefix = member_lock(group, "")
+    members: dict[str, float] = {}
+    for name, value in values:
+        if not name.startswith(prefix):
+            continue
+        try:
+            weight = check_weight(json.loads(value or "{}").get("weight", 1.0))
+        except (ValueError, AttributeError, InvalidArgument):
+            weight = 1.0  # not proclaimed yet (it has just joined): the default
+        members[name[len(prefix) :]] = weight
+    return members
+
+
+class AsyncMember:
+    """One member of partition group ``group``: ``async with client.partitions(...) as m``."""
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        group: str,
+        items: tuple[str, ...],
+        ttl: float,
+        weight: float,
+        member: str | None,
+        lock_delay: float | None,
+    ) -> None:
+        self.group = group
+        self.items = items
+        self.ttl = ttl
+        self.weight = weight
+        self.id = member or uuid.uuid4().hex[:12]
+        check_name(member_lock(group, self.id))
+        self._pool = pool
+        self._lock_delay = lock_delay
+        self._owned: dict[str, AsyncLease] = {}
+        self._wanted: dict[str, anyio.CancelScope] = {}  # items being waited for
+        self._leaving: set[str] = set()
+        self._members: dict[str, float] = {}
+        self._watched: dict[str, anyio.CancelScope] = {}
+        self._poke = anyio.Event()
+        self._send, self._receive = anyio.create_memory_object_stream[PartitionChange[AsyncLease]](
+            math.inf
+        )
+        self._consumed = False
+        self._membership: AsyncLeadership | None = None
+        self._tg: TaskGroup | None = None
+        self._scope = anyio.CancelScope()
+        self._done = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Member {self.id!r} of {self.group!r}: {len(self._owned)} items>"
+
+    @property
+    def owned(self) -> dict[str, AsyncLease]:
+        """Item → its lease, for the items this member holds now."""
+        return dict(self._owned)
+
+    @property
+    def members(self) -> dict[str, float]:
+        """The group as this member saw it last: member id → weight."""
+        return dict(self._members)
+
+    def assignment(self) -> dict[str, str]:
+        """Item → member id, by this member's current view of the group."""
+        return assign(self.items, self._members)
+
+    async def changes(self) -> AsyncGenerator[PartitionChange[AsyncLease], None]:
+        """Every change of what this member owns, as it happens. A ``leaving`` item is released
+        when you ask for the next change (without a consumer, at once)."""
+        self._consumed = True
+        async for change in self._receive:
+            yield change
+            if change.kind == "leaving":
+                await self._release(change.item)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncMember:
+        await self._join()
+        self._pool.spawn(self._run)  # on the client's task group: entered and left from anywhere
+        return self
+
+    async def _run(self) -> None:
+        try:
+            with self._scope:
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    tg.start_soon(self._watch_bell)
+                    tg.start_soon(self._reconcile)
+        except Exception:  # a bug must not take the client's other work down with it
+            log.exception("tenure: partitions %s: member %s failed", self.group, self.id)
+        finally:
+            self._done.set()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._done.wait()
+            for item in list(self._owned):
+                await self._release(item)
+            if self._membership is not None:
+                await self._membership.resign()
+            await self._ring()
+        self._send.close()
+
+    async def _ring(self) -> None:
+        """Take and release the bell: every member re-reads the group."""
+        try:
+            bell: AsyncLease = await acquire(
+                self._pool, bell_lock(self.group), self.ttl, wait=True, timeout=self.ttl,
+                on_wait=None,
+            )  # fmt: skip
+        except NotAcquired:
+            return  # somebody holds it: their release rings it for us
+        await bell.release()
+
+    async def _watch_bell(self) -> None:
+        await self._watch(bell_lock(self.group), every=True)
+
+    async def _watch_member(self, member: str, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._watch(member_lock(self.group, member), every=False)
+
+    async def _watch(self, name: str, every: bool) -> None:
+        """Poke the reconcile loop on each change of ``name`` (``every``) or when nobody holds
+        it; a store that went away is watched again after a nap (the loop re-reads anyway)."""
+        while True:
+            try:
+                async for holder in observe(self._pool.store, name):
+                    if every or holder is None:
+                        self._poke.set()
+            except StoreUnavailable as exc:
+                log.info("tenure: partitions %s: watch of %s failed (%s)", self.group, name, exc)
+            await anyio.sleep(self.ttl / 3)
+
+    async def _reconcile(self) -> None:
+        """Read the group, then take what is ours and give up what is not; again on every
+        change, and at least every TTL/3 (a lost wake-up costs at most that). A member whose
+        own session was lost joins again."""
+        while True:
+            self._poke = anyio.Event()
+            try:
+                if self._membership is None or self._membership.lost:
+                    await self._join()
+                await self._apply(await self._read_members())
+            except StoreUnavailable as exc:
+                log.info("tenure: partitions %s: cannot read the group (%s)", self.group, exc)
+            with anyio.move_on_after(self.ttl / 3):
+                await self._poke.wait()
+
+    async def _join(self) -> None:
+        value = json.dumps({"weight": self.weight})
+        name = member_lock(self.group, self.id)
+        self._membership = await campaign(self._pool, name, value, self.ttl, timeout=None)
+        await self._ring()
+
+    async def _read_members(self) -> dict[str, float]:
+        found = await self._pool.store.locks()
+        return read_members(self.group, ((info.name, info.value) for info in found))
+
+    async def _apply(self, members: dict[str, float]) -> None:
+        assert self._tg is not None
+        members.setdefault(self.id, self.weight)  # ourselves, even before our own read sees us
+        self._members = members
+        for member, scope in list(self._watched.items()):
+            if member not in members:
+                scope.cancel()
+                del self._watched[member]
+        for member in members:
+            if member != self.id and member not in self._watched:
+                self._watched[member] = scope = anyio.CancelScope()
+                self._tg.start_soon(self._watch_member, member, scope)
+        owners = assign(self.items, members)
+        for item in self.items:
+            mine = owners.get(item) == self.id
+            if mine and item not in self._owned and item not in self._wanted:
+                self._wanted[item] = scope = anyio.CancelScope()
+                self._tg.start_soon(self._take, item, scope)
+            elif not mine and item in self._wanted:
+                self._wanted.pop(item).cancel()
+            elif not mine and item in self._owned and item not in self._leaving:
+                self._leaving.add(item)
+                self._emit(PartitionChange(item, "leaving", self._owned[item]))
+                if not self._consumed:
+                    await self._release(item)
+
+    async def _take(self, item: str, scope: anyio.CancelScope) -> None:
+        """Wait in the item's queue until granted (or no longer ours: cancelled)."""
+        with scope:
+            lease: AsyncLease = await acquire(
+                self._pool, item_lock(self.group, item), self.ttl, wait=True, timeout=None,
+                on_wait=None, lock_delay=self._lock_delay,
+            )  # fmt: skip
+            self._owned[item] = lease
+            lease.on_lost(lambda _lease: self._lost(item, lease))
+            self._emit(PartitionChange(item, "granted", lease))
+        self._wanted.pop(item, None)
+        if scope.cancelled_caught and item in self._owned and item not in self._leaving:
+            await self._release(item)  # granted just as it stopped being ours
+        self._poke.set()
+
+    def _lost(self, item: str, lease: AsyncLease) -> None:
+        if self._owned.get(item) is lease:
+            del self._owned[item]
+            self._leaving.discard(item)
+            self._emit(PartitionChange(item, "lost", lease))
+            self._poke.set()  # ours still? then wait for it again
+
+    async def _release(self, item: str) -> None:
+        lease = self._owned.pop(item, None)
+        self._leaving.discard(item)
+        if lease is not None:
+            await lease.release()
+        self._poke.set()
+
+    def _emit(self, change: PartitionChange[AsyncLease]) -> None:
+        self._send.send_nowait(change)  # unbounded: never blocks the reconcile loop
