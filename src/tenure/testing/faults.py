@@ -6,7 +6,7 @@ async with tenure.AsyncClient(store) as client:
     store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
     store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
     store.drop_sessions = True       # the store answers that the session is gone: lost at once
-    store.break_keep_alive = True    # renewals raise an unexpected error (a store bug): lost at once
+    store.break_keep_alive = True    # renewals raise an unexpected error (a bug): lost at once
     store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
 """
 
