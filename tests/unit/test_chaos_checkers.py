@@ -3,6 +3,7 @@ exactly the planted violation, so a checker that always says "fine" fails here."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,19 @@ from hypothesis import strategies as st
 from tenure.testing.chaos.checkers import (
     CHECKS,
     GATED,
+    OWNERLESS_SLACK,
     check_all,
     check_belief_overlap,
+    check_item_overlap,
+    check_item_ownerless,
     check_lost_updates,
     check_one_leader_per_term,
+    check_stale_item_writes,
     check_stale_tokens,
     check_token_order,
     check_work_overlap,
+    item_windows,
+    ownerless_bound,
     violations,
     work_spans,
 )
@@ -456,3 +463,186 @@ def test_a_term_the_observer_never_saw_is_a_violation() -> None:
     [after_fault] = check_observed_terms([*seen, restart], resource)
     assert not after_fault.gated  # a watch may start over from the current state
     assert check_observed_terms([], resource) == []  # no observer in this run
+
+
+# --- partition ownership ------------------------------------------------------------------
+
+ITEMS = ["a", "b"]
+
+
+def own(t: float, process: str, item: str, token: int, deadline: float | None) -> list[Event]:
+    value: dict[str, Any] = {"item": item}
+    if deadline is not None:
+        value["deadline"] = deadline
+    return [Event(t, process, "own", "info", token=token, value=value)]
+
+
+def disown(t: float, process: str, item: str, token: int, why: str = "leaving") -> list[Event]:
+    return [Event(t, process, "disown", "info", token=token, value={"item": item, "why": why})]
+
+
+def item_write(t: float, process: str, item: str, token: int, deadline: float) -> list[Event]:
+    """A write's invoke with the item's deadline then (a renewal moves it on), and its ok."""
+    value = {"item": item, "old": 0, "new": 1}
+    return [
+        Event(t, process, "write", "invoke", token=token, value={**value, "deadline": deadline}),
+        Event(t + 0.01, process, "write", "ok", token=token, value=value),
+    ]
+
+
+def fault(kind: str, target: str, start: float, end: float | None = None) -> list[Event]:
+    if end is None:
+        return [Event(start, NEMESIS, kind, "info", value={"target": target})]
+    return [
+        Event(start, NEMESIS, kind, "invoke", value={"target": target}),
+        Event(end, NEMESIS, kind, "ok", value={"target": target}),
+    ]
+
+
+def items_log(*writes: tuple[str, int, str], ttl: float = 1.0) -> ResourceLog:
+    """Accepted partition writes as (process, token, item), each item a counter from 0."""
+    counts: dict[str, int] = dict.fromkeys(ITEMS, 0)
+    accepted = []
+    for seq, (process, token, item) in enumerate(writes, 1):
+        data = {"item": item, "old": counts[item], "new": counts[item] + 1}
+        counts[item] += 1
+        accepted.append(Accepted(seq, process, token, data))
+    settings = {"items": ITEMS, "ttl": ttl, "lock_delay": 0.0}
+    return ResourceLog("partition", accepted, counts, settings)
+
+
+def test_item_owners_one_after_another_do_not_overlap() -> None:
+    runs = history(
+        own(0.0, "w1", "a", 1, deadline=0.8),
+        item_write(0.5, "w1", "a", 1, deadline=1.3),  # renewed meanwhile
+        disown(1.0, "w1", "a", 1),  # leaving: released after this
+        own(1.1, "w2", "a", 2, deadline=1.9),
+        own(0.2, "w2", "b", 1, deadline=9),  # another item, owned at the same time
+    )
+    assert check_item_overlap(runs) == []
+
+
+def test_two_owners_of_one_item_before_their_deadlines_are_a_violation() -> None:
+    runs = history(
+        own(0.0, "w1", "a", 1, deadline=0.8),
+        item_write(0.5, "w1", "a", 1, deadline=1.3),  # w1 may act until 1.3
+        own(1.0, "w2", "a", 2, deadline=1.8),
+        disown(2.0, "w1", "a", 1, why="lost"),
+    )
+    [finding] = check_item_overlap(runs)
+    assert finding.check == "item-overlap" and finding.gated
+    assert finding.processes == ("w1", "w2") and finding.t == 1.0
+    assert "item 'a'" in finding.message and "both for 300.0 ms" in finding.message
+
+
+def test_a_paused_owner_owns_an_item_only_until_its_deadline() -> None:
+    # w1 froze at 0.3 with deadline 0.8; w2 got the item at 1.0; w1 woke at 1.5 and wrote (its
+    # deadline gone: the write records none) before it saw the loss at 1.6.
+    late = Event(1.5, "w1", "write", "invoke", token=1, value={"item": "a", "old": 0, "new": 1})
+    runs = history(
+        own(0.0, "w1", "a", 1, deadline=0.8),
+        own(1.0, "w2", "a", 2, deadline=1.8),
+        [late],
+        disown(1.6, "w1", "a", 1, why="lost"),
+    )
+    assert check_item_overlap(runs) == []
+    [window] = [w for w in item_windows(runs) if w.process == "w1"]
+    assert (window.end, window.ended_by) == (0.8, "deadline")
+
+
+@pytest.mark.parametrize(
+    "end_of_w1",
+    [
+        disown(0.5, "w1", "a", 1),
+        fault("kill", "w1", 0.5),
+        op(0.5, "w1", "start"),
+    ],
+    ids=["disown", "kill", "restart"],
+)
+def test_an_item_is_let_go_by_disown_kill_or_restart(end_of_w1: list[Event]) -> None:
+    w2 = [*own(1.0, "w2", "a", 2, deadline=9), *disown(2.0, "w2", "a", 2)]
+    assert check_item_overlap(history(own(0.0, "w1", "a", 1, deadline=9), w2))  # bites
+    assert check_item_overlap(history(own(0.0, "w1", "a", 1, deadline=9), end_of_w1, w2)) == []
+
+
+def test_a_stale_item_write_accepted_is_a_violation() -> None:
+    resource = items_log(("w1", 1, "a"), ("w2", 2, "a"), ("w1", 1, "a"))
+    [finding] = check_stale_item_writes(resource)
+    assert finding.check == "stale-item-write" and finding.gated
+    assert "item 'a': write #3 by w1 with token 1 accepted after token 2" in finding.message
+    assert finding.processes == ("w2", "w1")
+
+
+def test_tokens_of_different_items_are_independent() -> None:
+    resource = items_log(("w1", 5, "a"), ("w2", 1, "b"), ("w2", 5, "a"), ("w2", 2, "b"))
+    assert check_stale_item_writes(resource) == []
+    assert check_stale_tokens(resource) == []  # the one-resource check stands aside
+    assert check_lost_updates([], resource) == []
+    assert check_stale_item_writes(counter(("w2", 2, 0), ("w1", 1, 1))) == []  # not partition
+
+
+def test_an_item_overwritten_is_a_lost_update() -> None:
+    resource = items_log(("w1", 1, "a"), ("w2", 2, "a"))
+    resource.accepted[1] = replace(resource.accepted[1], data={"item": "a", "old": 0, "new": 1})
+    resource.final["a"] = 1
+    found = check_lost_updates([], resource)
+    assert checks(found) == ["lost-update", "lost-update"]  # the overwrite, the final count
+
+
+def owned_until_end(*rest: list[Event]) -> list[Event]:
+    """Item b owned all along by w3; the run stops at 10 s."""
+    return history(own(0.0, "w3", "b", 1, deadline=99), op(10.0, "w3", "stop"), *rest)
+
+
+def test_items_owned_again_within_the_bound_are_fine() -> None:
+    # ttl 1: the bound is 1 + 0 + 1/3 + 1 s. w1 killed at 2.0; w2 owns a from 3.5 (1.5 s).
+    runs = owned_until_end(
+        own(0.0, "w1", "a", 1, deadline=99), fault("kill", "w1", 2.0), own(3.5, "w2", "a", 2, 99)
+    )
+    assert ownerless_bound(1.0, 0.0) == pytest.approx(1 + 1 / 3 + OWNERLESS_SLACK)
+    assert check_item_ownerless(runs, items_log()) == []
+
+
+def test_an_item_ownerless_too_long_after_a_kill_is_a_violation() -> None:
+    runs = owned_until_end(
+        own(0.0, "w1", "a", 1, deadline=99), fault("kill", "w1", 2.0), own(4.5, "w2", "a", 2, 99)
+    )
+    [finding] = check_item_ownerless(runs, items_log())
+    assert finding.check == "item-ownerless" and finding.gated and finding.t == 4.5
+    assert "item 'a' had no owner for 2500 ms, 2.50 s after it was let go" in finding.message
+
+
+def test_ownerless_time_counts_from_the_fault_healing() -> None:
+    # a pause of w1 from 2.0 to 5.0: a is taken over by w2 only at 5.5, 0.5 s after it healed
+    paused = [*own(0.0, "w1", "a", 1, deadline=2.5), *fault("pause", "w1", 2.0, 5.0)]
+    healed = owned_until_end(paused, own(5.5, "w2", "a", 2, 99))
+    assert check_item_ownerless(healed, items_log()) == []  # 5.5 s ownerless, but paused
+    late = check_item_ownerless(owned_until_end(paused, own(7.5, "w2", "a", 2, 99)), items_log())
+    assert len(late) == 1 and "2.50 s after the last fault healed" in late[0].message
+    assert check_item_ownerless(owned_until_end(paused, own(7.5, "w2", "a", 2, 99)),
+                                items_log(ttl=5.0)) == []  # fmt: skip
+    # owned again while the fault is still under way: nothing to judge
+    during = history(
+        own(0.0, "w1", "a", 1, 0.5), fault("pause", "w1", 0.2, 9.0), own(5, "w2", "a", 2, 99)
+    )
+    assert check_item_ownerless(owned_until_end(during), items_log()) == []
+
+
+def test_an_item_never_owned_or_ownerless_at_the_end_is_a_violation() -> None:
+    never = check_item_ownerless(history(op(10.0, "w3", "stop")), items_log())
+    assert [f.message for f in never] == ["item 'a' was never owned", "item 'b' was never owned"]
+    ended = owned_until_end(own(0.0, "w1", "a", 1, deadline=99), disown(3.0, "w1", "a", 1))
+    [finding] = check_item_ownerless(ended, items_log())  # no owner from 3.0 to the stop at 10
+    assert finding.t == 10.0
+    assert check_item_ownerless(ended, counter()) == []  # partition runs only
+
+
+def test_check_all_reports_the_partition_checks_gated() -> None:
+    runs = owned_until_end(
+        own(0.0, "w1", "a", 1, deadline=9), own(1.0, "w2", "a", 2, deadline=9),
+        op(2.0, NEMESIS, "kill", target="w1"),
+    )  # fmt: skip
+    counts = violations(check_all(runs, items_log(("w2", 2, "a"), ("w1", 1, "a"))))
+    assert counts["item-overlap"] == 1 and counts["stale-item-write"] == 1
+    assert counts["item-ownerless"] == 0 and counts["stale-token"] == 0
+    assert {"item-overlap", "stale-item-write", "item-ownerless"} <= set(GATED)

@@ -14,14 +14,24 @@ Operations (``f``) of the workers:
 =========  =========================================================================================
 acquire    invoke: asks for ``value["name"]``; ok: ``token`` granted, ``value["deadline"]`` the
            holder's own deadline converted to host time; fail: ``error`` says why.
-read       invoke with ``token``; ok: ``value`` read; fail: refused (``error="stale"``) or lost.
+read       invoke with ``token`` (partition: ``value`` ``{"item": i, "deadline": d}``); ok:
+           ``value`` read; fail: refused (``error="stale"``) or lost.
 write      invoke with ``token`` and ``value`` (counter: ``{"old": n, "new": n+1}``; set:
-           ``{"element": e}``; election log: ``{"term": t, "leader": id, "n": seq}``);
+           ``{"element": e}``; election log: ``{"term": t, "leader": id, "n": seq}``;
+           partition: ``{"item": i, "old": n, "new": n+1, "deadline": d}``, ``d`` the item's lease
+           deadline in host time when the write began);
            ok: accepted by the resource; fail: refused (``error="stale"``) or not attempted
            because the lease was lost (``error="lost"``); info: unknown.
 release    invoke with ``token``; ok / fail.
 lost       info with ``token``: the worker noticed its lease was lost (callback time).
 start      info: the worker process started (``pid`` set).
+own        the ``partition`` workload, info with ``token``: the member was told it is granted
+           ``value["item"]`` (recorded before it starts writing to it); ``value["deadline"]`` is
+           the item's lease deadline converted to host time.
+disown     info with ``token``: the member stopped writing to ``value["item"]`` (no write of it
+           is under way any more), ``value["why"]`` ``leaving`` (released when it asks for the
+           next change, after this record), ``lost`` or ``end`` (of the run).
+stop       info: the member stops at the run's end (it leaves the group next).
 run        the ``run`` workload: invoke when a worker starts ``tenure run`` (``pid`` set,
            ``value["child"]`` names the child's work file); ok when it exits 0, fail otherwise
            (``error`` gives the exit status).
@@ -87,12 +97,15 @@ class ResourceLog:
     """What the protected resource holds at the end of a run.
 
     ``workload`` names the shape of ``final``: ``counter`` (an int), ``set`` (a sorted list of
-    elements) or ``election`` (None: the log itself is the state).
+    elements), ``election`` (None: the log itself is the state) or ``partition`` (item → its
+    counter). ``settings``: what the run wrote into the resource for the checkers (``partition``:
+    ``items``, ``ttl``, ``lock_delay``).
     """
 
     workload: str
     accepted: list[Accepted]
     final: Any
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from .history import (
 OPERATIONS = ("acquire", "read", "write", "release")
 OUTCOMES = ("ok", "fail", "info")
 MAX_TEXT_FINDINGS = 10
+ONE_OFFS = frozenset({"lost", "start", "own", "disown", "stop"})
+"""Workers' events that are no operation (no invoke and completion)."""
 
 
 @dataclass
@@ -157,10 +159,10 @@ def build_report(
         info=info,
         operations=operations,
         faults=dict(Counter(fault.kind for fault in faults)),
-        grants=commands.get("worked", operations["acquire"]["ok"]),
+        grants=commands.get("worked", operations["acquire"]["ok"] + _owned(history)),
         acknowledged=operations["write"]["ok"],
         refused=sum(is_refused_write(e) for e in history),
-        losses=sum(e.f == "lost" and e.process != NEMESIS for e in history),
+        losses=sum(_is_loss(e) for e in history),
         next_grant=_next_grant_gaps(history, faults, lease_windows(history, end), workers),
         violations=dict(violations),
         diagnostics=dict(Counter(f.check for f in findings if not f.gated)),
@@ -246,7 +248,7 @@ def _operation_counts(history: Iterable[Event]) -> dict[str, dict[str, int]]:
     counts: dict[str, Counter[str]] = {f: Counter() for f in OPERATIONS}
     invoked: Counter[str] = Counter()
     for e in history:
-        if e.process == NEMESIS or e.f in ("lost", "start"):
+        if e.process == NEMESIS or e.f in ONE_OFFS:
             continue
         if e.type == "invoke":
             invoked[e.f] += 1
@@ -255,6 +257,19 @@ def _operation_counts(history: Iterable[Event]) -> dict[str, dict[str, int]]:
     for f, n in invoked.items():
         counts.setdefault(f, Counter())["info"] += max(0, n - counts[f].total())
     return {f: {o: c[o] for o in OUTCOMES} for f, c in counts.items()}
+
+
+def _is_loss(event: Event) -> bool:
+    """A worker noticed a lease lost (``partition``: an item's, told by a ``lost`` change)."""
+    if event.process == NEMESIS:
+        return False
+    why = event.value.get("why") if isinstance(event.value, dict) else None
+    return event.f == "lost" or (event.f == "disown" and why == "lost")
+
+
+def _owned(history: Iterable[Event]) -> int:
+    """The ``partition`` workload's grants: each item a member was told it owns."""
+    return sum(e.f == "own" and e.process != NEMESIS for e in history)
 
 
 def _command_counts(history: Iterable[Event], work: Iterable[WorkRecord]) -> dict[str, int]:

@@ -13,6 +13,11 @@ unfenced access trusts the lock alone.
 The ``run`` workload has no shared state here: its commands check no token, and what they did
 is when they worked (each child's work file, `history.read_work`).
 
+The ``partition`` workload keeps one counter per item of the group (table ``items``), each
+behind its own fence (resource ``item/<item>``), so a write is judged by that item's token; its
+``meta`` also holds the run's items, TTL and lock-delay, which the ``item-ownerless`` checker
+needs.
+
 The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
 file then only names the workload, and the store's URL is needed to create and read it.
 """
@@ -37,11 +42,29 @@ if TYPE_CHECKING:
 RESOURCE = "resource"  # the fence's resource name
 GUARDED = "guarded"  # the workload whose counter lives in the store
 RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker`)
-WORKLOADS = ("counter", "set", "election", GUARDED, RUN)
+PARTITION = "partition"  # members of a partition group, one fenced counter per item
+WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION)
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
 
 
-def create_resource(path: Path | str, workload: str, store_url: str | None = None) -> None:
+def partition_items(count: int) -> list[str]:
+    """The items a ``partition`` run's group splits: ``item-0`` … ``item-<count-1>``."""
+    return [f"item-{n}" for n in range(count)]
+
+
+def item_resource(item: str) -> str:
+    """The fence's resource name of one item of the ``partition`` workload."""
+    return f"item/{item}"
+
+
+def create_resource(
+    path: Path | str,
+    workload: str,
+    store_url: str | None = None,
+    settings: dict[str, Any] | None = None,
+) -> None:
+    """``settings`` (JSON values) go into ``meta`` for the checkers: the ``partition``
+    workload's ``items``, ``ttl`` and ``lock_delay``."""
     if workload == GUARDED:
         with _guard(store_url) as guard:
             guard.setup()
@@ -50,7 +73,11 @@ def create_resource(path: Path | str, workload: str, store_url: str | None = Non
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         db.execute("INSERT INTO meta VALUES ('workload', ?)", (workload,))
-        if workload not in (GUARDED, RUN):
+        for key, value in (settings or {}).items():
+            db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+        if workload == PARTITION:
+            _create_items(db, (settings or {}).get("items", []))
+        elif workload not in (GUARDED, RUN):
             _create_state(db, workload)
     finally:
         db.close()
@@ -66,19 +93,30 @@ def _create_state(db: sqlite3.Connection, workload: str) -> None:
     SQLFence().ensure_table(db)
 
 
+def _create_items(db: sqlite3.Connection, items: list[str]) -> None:
+    db.execute("CREATE TABLE items (item TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    db.executemany("INSERT INTO items VALUES (?, 0)", [(item,) for item in items])
+    db.execute(
+        "CREATE TABLE accepted (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " process TEXT NOT NULL, token INTEGER NOT NULL, data TEXT NOT NULL, t REAL)"
+    )
+    SQLFence().ensure_table(db)
+
+
 class Resource:
     """One worker's connection to the resource."""
 
     def __init__(self, path: Path | str, process: str, fenced: bool) -> None:
         self.process = process
         self.fenced = fenced
-        self._db = sqlite3.connect(path, isolation_level=None, timeout=60)
+        # check_same_thread: the partition workload writes from a thread of its own (only it).
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=60, check_same_thread=False)
         self._fence = SQLFence()
 
     @contextmanager
-    def _access(self, token: int) -> Iterator[sqlite3.Cursor]:
+    def _access(self, token: int, resource: str = RESOURCE) -> Iterator[sqlite3.Cursor]:
         if self.fenced:
-            with self._fence.fenced(self._db, RESOURCE, token) as cur:
+            with self._fence.fenced(self._db, resource, token) as cur:
                 yield cur
             return
         cur = self._db.cursor()
@@ -107,6 +145,22 @@ class Resource:
                 (self.process, token, json.dumps(data), time.monotonic()),
             )
 
+    def read_item(self, token: int, item: str) -> int:
+        """The ``partition`` workload: ``item``'s counter (fenced by the item's own token)."""
+        with self._access(token, item_resource(item)) as cur:
+            (value,) = cur.execute("SELECT value FROM items WHERE item = ?", (item,)).fetchone()
+        return int(value)
+
+    def write_item(self, token: int, item: str, value: int, data: dict[str, Any]) -> None:
+        """Set ``item``'s counter and log the write (``data`` names the item), in one
+        transaction; `StaleToken` if fenced and a newer token of the item was seen."""
+        with self._access(token, item_resource(item)) as cur:
+            cur.execute("UPDATE items SET value = ? WHERE item = ?", (value, item))
+            cur.execute(
+                "INSERT INTO accepted (process, token, data, t) VALUES (?, ?, ?, ?)",
+                (self.process, token, json.dumps(data), time.monotonic()),
+            )
+
     def close(self) -> None:
         self._db.close()
 
@@ -130,7 +184,14 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
                 return guard.read_log()
         if workload == RUN:
             return ResourceLog(RUN, [], None)
-        (final,) = db.execute("SELECT value FROM state").fetchone()
+        settings = {
+            key: json.loads(value)
+            for key, value in db.execute("SELECT key, value FROM meta WHERE key != 'workload'")
+        }
+        if workload == PARTITION:
+            final: Any = json.dumps(dict(db.execute("SELECT item, value FROM items ORDER BY item")))
+        else:
+            (final,) = db.execute("SELECT value FROM state").fetchone()
         rows = db.execute(
             "SELECT seq, process, token, data, t FROM accepted ORDER BY seq"
         ).fetchall()
@@ -138,4 +199,4 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
         db.close()
     accepted = [Accepted(seq, p, token, json.loads(data), t) for seq, p, token, data, t in rows]
     value = json.loads(final)
-    return ResourceLog(workload, accepted, sorted(value) if workload == "set" else value)
+    return ResourceLog(workload, accepted, sorted(value) if workload == "set" else value, settings)

@@ -37,7 +37,7 @@ from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
 from .processes import RunWorker, Stall, WorkerProcess, tenure_command
 from .report import Report, RunInfo, build_report
-from .resource import RUN, create_resource, read_resource
+from .resource import PARTITION, RUN, create_resource, partition_items, read_resource
 from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
@@ -64,6 +64,8 @@ class Run:
     """The workers' lock-delay. None: ``tenure run``'s default for the ``run`` workload (one
     TTL, at most 15 s), 0 for the others, whose faults are about what the resource accepts
     once a lease has expired (lock-delay only postpones that)."""
+    items: int = 8
+    """The ``partition`` workload: how many items the group splits."""
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
@@ -95,7 +97,11 @@ class Run:
         resource = self.out / "resource.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{resource}{suffix}").unlink(missing_ok=True)
-        create_resource(resource, self.workload, self.store_url)
+        settings = None
+        if self.workload == PARTITION:  # what the item-ownerless checker needs
+            settings = {"items": partition_items(self.items), "ttl": self.ttl,
+                        "lock_delay": self.effective_lock_delay}  # fmt: skip
+        create_resource(resource, self.workload, self.store_url, settings)
         rng = random.Random(self.seed)
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
         nemesis = Nemesis(self, rng, recorder)
@@ -164,6 +170,11 @@ class Run:
                 LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
                 for s in checkers.work_spans(work)
             ]
+        elif self.workload == PARTITION:  # what each member owned, in its lane
+            bars = [
+                LeaseWindow(w.item, w.process, w.token, w.start, w.end, w.ended_by)
+                for w in checkers.item_windows(history)
+            ]
         write_timeline(self.out / "timeline.html", info, history, findings, bars)
         return report
 
@@ -226,7 +237,7 @@ class Run:
             "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
             "--clock-rate", repr(self._clock_rate()),
             "--lock-delay", repr(self.effective_lock_delay),
-            "--stall-file", str(history_dir / f"{name}.stall"),
+            "--stall-file", str(history_dir / f"{name}.stall"), "--items", str(self.items),
         ]  # fmt: skip
         if not self.fenced:
             argv.append("--unfenced")

@@ -22,6 +22,11 @@ counter   read the counter, think, write value+1.
 set       read the set, think, write it back with one new element.
 election  each worker campaigns (``client.campaign``); the leader appends 10–30
           (term, leader, n) entries to a log, one every ttl/10, then resigns.
+partition each worker is a member of one partition group (``--lock`` names it) splitting
+          ``--items`` items (``client.partitions``); for each item it owns it reads the item's
+          counter, thinks (up to ``--think`` / 5), writes it + 1, each access fenced by that
+          item's own token (``--unfenced``: without it). One thread consumes the changes, one
+          writes; a write under way finishes before a leaving or lost item is let go.
 guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
           only while the store still says the token holds the lock, checked in the write's own
           transaction (``--unfenced``: the same write without that check).
@@ -38,6 +43,7 @@ import contextlib
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +56,7 @@ from ..._url import open_store
 from ...stores._spi import Store
 from ..faults import FaultyStore
 from .history import Recorder
-from .resource import GUARDED, WORKLOADS, Resource
+from .resource import GUARDED, PARTITION, WORKLOADS, Resource, partition_items
 
 if TYPE_CHECKING:
     from .guards import Guard
@@ -138,6 +144,11 @@ class Worker:
     def run(self) -> None:
         self.ready()
         self.rec.record("start", "info", pid=os.getpid())
+        if self.args.workload == PARTITION:
+            self.run_partition()
+            self.client.close()
+            self.rec.close()
+            return
         while time.monotonic() < self.until:
             lease = self.acquire()
             if lease is None:
@@ -154,6 +165,90 @@ class Worker:
         if self.guard is not None:
             self.guard.close()
         self.rec.close()
+
+    # -- the partition workload ------------------------------------------------------------------
+
+    def run_partition(self) -> None:
+        """Be a member of the group until the run's end: a thread consumes the changes (and
+        so releases leaving items), another writes to every item owned, this one waits."""
+        self.owned: dict[str, tenure.Lease] = {}
+        self.owning = threading.Lock()  # held by a write: an item is let go between writes
+        self.stopping = threading.Event()
+        items = partition_items(self.args.items)
+        with self.client.partitions(
+            self.args.lock, items, self.args.ttl, member=self.args.process,
+            lock_delay=self.args.lock_delay,
+        ) as member:  # fmt: skip
+            threading.Thread(target=self.consume, args=(member,), daemon=True).start()
+            writer = threading.Thread(target=self.write_items, daemon=True)
+            writer.start()
+            while time.monotonic() < self.until:
+                time.sleep(min(0.05, max(0.0, self.until - time.monotonic())))
+            self.stopping.set()
+            writer.join()
+            self.rec.record("stop", "info")
+            with self.owning:
+                for item, lease in sorted(self.owned.items()):
+                    self.disown(item, lease, "end")
+                self.owned.clear()
+
+    def with_deadline(self, lease: tenure.Lease, value: dict[str, Any]) -> dict[str, Any]:
+        """``value`` with the lease's deadline on the host's clock (the lease clock may be
+        scaled), if it is still ahead: a deadline already passed (a paused worker just woke
+        up) says nothing new, and must not look like a renewal."""
+        left = lease.remaining()
+        return {**value, "deadline": time.monotonic() + left / self.clock.rate} if left else value
+
+    def consume(self, member: tenure.Member) -> None:
+        with contextlib.suppress(tenure.TenureError, RuntimeError):
+            for change in member.changes():
+                item, lease = change.item, change.lease
+                with self.owning:
+                    if self.stopping.is_set():
+                        continue  # the end: run_partition lets go of everything
+                    if change.kind == "granted":
+                        value = self.with_deadline(lease, {"item": item})
+                        self.rec.record("own", "info", token=lease.token, value=value)
+                        self.owned[item] = lease
+                    elif item in self.owned and self.owned[item].token == lease.token:
+                        del self.owned[item]
+                        self.disown(item, lease, change.kind)
+                # asking for the next change releases a leaving item: its writes are over
+
+    def disown(self, item: str, lease: tenure.Lease, why: str) -> None:
+        self.rec.record("disown", "info", token=lease.token, value={"item": item, "why": why})
+
+    def write_items(self) -> None:
+        while not self.stopping.is_set():
+            for item in sorted(self.owned):
+                with self.owning:
+                    lease = self.owned.get(item)
+                    if lease is None or self.stopping.is_set():
+                        continue
+                    with contextlib.suppress(Exception):  # recorded: refused, or unknown
+                        self.step_item(item, lease)
+            time.sleep(self.rng.uniform(0.005, 0.02))
+
+    def step_item(self, item: str, lease: tenure.Lease) -> None:
+        """Read the item's counter, think, write it + 1: by the item's own token."""
+        token = lease.token
+        asked = self.with_deadline(lease, {"item": item})
+        value = self.op("read", token, asked, lambda: self.resource.read_item(token, item))
+        time.sleep(self.rng.uniform(0.005, self.args.think / 5))
+        data = {"item": item, "old": value, "new": value + 1}
+        invoke = self.with_deadline(lease, data)
+        self.rec.record("write", "invoke", token=token, value=invoke)
+        try:
+            self.resource.write_item(token, item, value + 1, data)
+        except tenure.StaleToken:
+            self.rec.record("write", "fail", token=token, error="stale")
+            raise
+        except Exception as exc:
+            self.rec.record("write", "info", token=token, error=_one_line(exc))
+            raise
+        self.rec.record("write", "ok", token=token, value=data)
+
+    # -- the lock workloads ---------------------------------------------------------------------
 
     def acquire(self) -> tenure.Lease | None:
         name = self.args.lock
@@ -256,6 +351,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ready", required=True)
     parser.add_argument("--go", required=True)
     parser.add_argument("--lock", default="chaos")
+    parser.add_argument("--items", type=int, default=8, help="the partition workload's items")
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--think", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)
