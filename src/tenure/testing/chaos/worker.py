@@ -200,20 +200,27 @@ class Worker:
         return {**value, "deadline": time.monotonic() + left / self.clock.rate} if left else value
 
     def consume(self, member: tenure.Member) -> None:
-        with contextlib.suppress(tenure.TenureError, RuntimeError):
-            for change in member.changes():
-                item, lease = change.item, change.lease
-                with self.owning:
-                    if self.stopping.is_set():
-                        continue  # the end: run_partition lets go of everything
-                    if change.kind == "granted":
-                        value = self.with_deadline(lease, {"item": item})
-                        self.rec.record("own", "info", token=lease.token, value=value)
-                        self.owned[item] = lease
-                    elif item in self.owned and self.owned[item].token == lease.token:
-                        del self.owned[item]
-                        self.disown(item, lease, change.kind)
-                # asking for the next change releases a leaving item: its writes are over
+        try:
+            self.follow(member)
+        except Exception as exc:  # the run's end closes the stream and the client under it
+            if not self.stopping.is_set():  # mid-run: this member's view froze, say so
+                self.rec.record("changes", "info", error=_one_line(exc))
+
+    def follow(self, member: tenure.Member) -> None:
+        """Each change: ``own`` on a grant, ``disown`` on leaving or lost (no write under way)."""
+        for change in member.changes():
+            item, lease = change.item, change.lease
+            with self.owning:
+                if self.stopping.is_set():
+                    continue  # the end: run_partition lets go of everything
+                if change.kind == "granted":
+                    value = self.with_deadline(lease, {"item": item})
+                    self.rec.record("own", "info", token=lease.token, value=value)
+                    self.owned[item] = lease
+                elif item in self.owned and self.owned[item].token == lease.token:
+                    del self.owned[item]
+                    self.disown(item, lease, change.kind)
+            # asking for the next change releases a leaving item: its writes are over
 
     def disown(self, item: str, lease: tenure.Lease, why: str) -> None:
         self.rec.record("disown", "info", token=lease.token, value={"item": item, "why": why})
