@@ -165,6 +165,7 @@ class _Commands(click.Group):
         "once": "once",
         "cron": "cron",
         "history": "history",
+        "partitions": "partitions",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
