@@ -550,6 +550,27 @@ def test_a_paused_owner_owns_an_item_only_until_its_deadline() -> None:
     assert (window.end, window.ended_by) == (0.8, "deadline")
 
 
+def test_a_grant_heard_of_after_its_deadline_is_no_ownership() -> None:
+    # w1 was granted token 4 and paused before its consumer heard of it; w0 got token 5 after
+    # it expired; w1 woke up, read the old grant (its deadline gone: none recorded), then left.
+    runs = history(
+        own(7.08, "w0", "a", 5, deadline=7.5),
+        own(7.76, "w1", "a", 4, deadline=None),
+        disown(7.77, "w1", "a", 4),
+        item_write(7.3, "w0", "a", 5, deadline=8.2),
+    )
+    assert check_item_overlap(runs) == []
+    [window] = [w for w in item_windows(runs) if w.process == "w1"]
+    assert (window.start, window.end, window.ended_by) == (7.76, 7.76, "deadline")
+    told_in_time = history(
+        own(7.08, "w0", "a", 5, 7.5),
+        own(7.76, "w1", "a", 4, 8.0),  # the same, with its deadline still ahead: two owners
+        disown(7.77, "w1", "a", 4),
+        item_write(7.3, "w0", "a", 5, 8.2),
+    )
+    assert checks(check_item_overlap(told_in_time)) == ["item-overlap"]
+
+
 @pytest.mark.parametrize(
     "end_of_w1",
     [

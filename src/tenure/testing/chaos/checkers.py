@@ -552,7 +552,8 @@ class ItemWindow:
     to the first of its ``disown``, a kill, its restart, the end — and never past the item's
     lease deadline, the latest one it recorded (rule 3: a holder acts only before it). After
     that deadline a holder may still *act* (a paused one wakes up and writes): that is the
-    fence's business (``stale-item-write``), not a second owner."""
+    fence's business (``stale-item-write``), not a second owner. A grant heard of only once its
+    deadline had passed (its ``own`` carries none) makes an empty window."""
 
     item: str
     process: str
@@ -595,7 +596,9 @@ def item_windows(history: Sequence[Event], end: float | None = None) -> list[Ite
         if e.f == "own":
             if key in open_:
                 close(key, e.t, "reacquire")
-            open_[key] = (e.token, e.t, deadline if deadline is not None else math.inf)
+            # No deadline: it had passed when the member heard of the grant (it was paused
+            # between the store's grant and reading the change): no ownership at all.
+            open_[key] = (e.token, e.t, deadline if deadline is not None else e.t)
         elif e.f == "disown" and key in open_ and open_[key][0] in (None, e.token):
             close(key, e.t, str(e.value.get("why", "disown")))
         elif deadline is not None and e.type == "invoke" and key in open_:
