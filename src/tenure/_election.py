@@ -86,13 +86,19 @@ class AsyncLeadership(AsyncLease):
 
 
 async def campaign(
-    pool: SessionPool, name: str, value: str, ttl: float, timeout: float | None
+    pool: SessionPool,
+    name: str,
+    value: str,
+    ttl: float,
+    timeout: float | None,
+    lock_delay: float | None = None,
 ) -> AsyncLeadership:
     """Wait to lead ``name`` (``NotAcquired`` after ``timeout``), then proclaim ``value``."""
     value = check_value(value)
     lead = await acquire(
-        pool, name, ttl, wait=True, timeout=timeout, on_wait=None, make=AsyncLeadership
-    )
+        pool, name, ttl, wait=True, timeout=timeout, on_wait=None, make=AsyncLeadership,
+        lock_delay=lock_delay,
+    )  # fmt: skip
     try:
         await lead.proclaim(value)
     except BaseException:

@@ -76,12 +76,13 @@ def check_items(group: str, items: Iterable[str]) -> tuple[str, ...]:
     """The items, each a name that makes a valid lock name, without repeats."""
     if isinstance(items, str):
         raise InvalidArgument("items must be a collection of names, not one string")
-    found = tuple(dict.fromkeys(items))
-    for item in found:
+    found: list[str] = []
+    for item in items:
         if not isinstance(item, str) or not item:
             raise InvalidArgument(f"an item must be a non-empty string, got {item!r}")
         check_name(item_lock(group, item))
-    return found
+        found.append(item)
+    return tuple(dict.fromkeys(found))
 
 
 def score(member: str, item: str, weight: float) -> float:
@@ -117,10 +118,12 @@ def read_members(group: str, values: Iterable[tuple[str, str | None]]) -> dict[s
     for name, value in values:
         if not name.startswith(prefix):
             continue
+        if value is None:
+            continue  # granted, its weight not proclaimed yet: it rings the bell once it has
         try:
-            weight = check_weight(json.loads(value or "{}").get("weight", 1.0))
+            weight = check_weight(json.loads(value).get("weight", 1.0))
         except (ValueError, AttributeError, InvalidArgument):
-            weight = 1.0  # not proclaimed yet (it has just joined): the default
+            weight = 1.0  # not written by a member: counted at the default weight
         members[name[len(prefix) :]] = weight
     return members
 
@@ -179,13 +182,27 @@ class AsyncMember:
         return assign(self.items, self._members)
 
     async def changes(self) -> AsyncGenerator[PartitionChange[AsyncLease], None]:
-        """Every change of what this member owns, as it happens. A ``leaving`` item is released
-        when you ask for the next change (without a consumer, at once)."""
+        """Every change of what this member owns from now on, as it happens, starting with a
+        ``granted`` for each item it holds already. A ``leaving`` item is released when you ask
+        for the next change, or when you stop asking (then, with no consumer, at once)."""
         self._consumed = True
-        async for change in self._receive:
-            yield change
-            if change.kind == "leaving":
-                await self._release(change.item)
+        for item, lease in self._owned.items():  # no checkpoint since the line above
+            self._emit(PartitionChange(item, "granted", lease))
+        leaving: str | None = None
+        try:
+            async for change in self._receive:
+                leaving = change.item if change.kind == "leaving" else None
+                yield change
+                if leaving is not None:
+                    await self._release(leaving)
+                    leaving = None
+        finally:
+            self._consumed = False
+            with anyio.CancelScope(shield=True):
+                if leaving is not None:
+                    await self._release(leaving)
+                for item in list(self._leaving):  # told, and nobody left to hand them over
+                    await self._release(item)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -226,11 +243,11 @@ class AsyncMember:
         """Take and release the bell: every member re-reads the group."""
         try:
             bell: AsyncLease = await acquire(
-                self._pool, bell_lock(self.group), self.ttl, wait=True, timeout=self.ttl,
-                on_wait=None,
+                self._pool, bell_lock(self.group), self.ttl, wait=True,
+                timeout=min(1.0, self.ttl / 3), on_wait=None, lock_delay=self._lock_delay,
             )  # fmt: skip
         except NotAcquired:
-            return  # somebody holds it: their release rings it for us
+            return  # held (by one ringing, or a member that died ringing): each reads anyway
         await bell.release()
 
     async def _watch_bell(self) -> None:
@@ -270,7 +287,9 @@ class AsyncMember:
     async def _join(self) -> None:
         value = json.dumps({"weight": self.weight})
         name = member_lock(self.group, self.id)
-        self._membership = await campaign(self._pool, name, value, self.ttl, timeout=None)
+        self._membership = await campaign(
+            self._pool, name, value, self.ttl, timeout=None, lock_delay=self._lock_delay
+        )  # the same session as the items: they end together
         await self._ring()
 
     async def _read_members(self) -> dict[str, float]:
@@ -333,4 +352,5 @@ class AsyncMember:
         self._poke.set()
 
     def _emit(self, change: PartitionChange[AsyncLease]) -> None:
-        self._send.send_nowait(change)  # unbounded: never blocks the reconcile loop
+        if self._consumed:  # nobody asks: nothing piles up (changes() starts from `owned`)
+            self._send.send_nowait(change)  # unbounded while read: never blocks the loop

@@ -156,7 +156,7 @@ def test_watch_prints_a_new_map_when_a_member_leaves(
 
     watcher.send_signal(signal.SIGINT)
     out, err = watcher.communicate(timeout=20)
-    assert (watcher.returncode, err) == (0, "")
+    assert (watcher.returncode, err) == (130, "")  # as tenure leader --watch
     assert all(json.loads(line)["group"] == GROUP for line in out.splitlines())
 
 
@@ -201,7 +201,7 @@ def test_read_map_without_a_store() -> None:
             lock("partitions/g/member/m1", 1, value='{"weight": 3}'),
             lock("partitions/g/item/a", 2, "x", token=4),
             lock("partitions/g/member/m2", 2, "x", value="not json"),  # weight not proclaimed
-            lock("partitions/g/member/m3", 2, "x"),  # one process, two members, one label
+            lock("partitions/g/member/m3", 2, "x"),  # joining: no weight said yet; same process
             lock("partitions/g/item/c", 9),  # held by a process that is no member
             lock("partitions/other/member/m9", 1),
             lock("partitions/g/bell", 1),
@@ -213,7 +213,7 @@ def test_read_map_without_a_store() -> None:
         "members": [
             {"id": "m1", "weight": 3.0, "host": "h", "pid": 1, "label": "", "expires_in": 5.0},
             {"id": "m2", "weight": 1.0, "host": "h", "pid": 2, "label": "x", "expires_in": 5.0},
-            {"id": "m3", "weight": 1.0, "host": "h", "pid": 2, "label": "x", "expires_in": 5.0},
+            {"id": "m3", "weight": None, "host": "h", "pid": 2, "label": "x", "expires_in": 5.0},
         ],
         "items": [
             {"item": "a", "member": ["m2", "m3"], "token": 4, "expires_in": 5.0},

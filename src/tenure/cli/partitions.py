@@ -16,7 +16,7 @@ import tenure
 
 from .._partitions import bell_lock, check_group, item_lock, member_lock, read_members
 from .._values import LockInfo, Owner
-from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
+from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
 
 REREAD = 1.0  # seconds between two reads at most while watching: expiries nobody announces
@@ -26,9 +26,10 @@ Map = dict[str, Any]
 def read_map(group: str, locks: Iterable[LockInfo]) -> Map:
     """The map of partition group ``group`` from the store's locks (``client.locks()``), as
     ``--json`` prints it: the members (holders of ``partitions/<group>/member/<id>``, with the
-    weight each proclaimed) by id, and the items held now (``partitions/<group>/item/<item>``)
-    by name. An item's ``member`` is the member whose session holds it (a member's lock and
-    its items share a session, so a holder); a list of ids if one process runs several
+    weight each proclaimed, None while it joins) by id, and the items held now
+    (``partitions/<group>/item/<item>``) by name. An item's ``member`` is the member whose
+    session holds it (a member's lock and its items share a session, so a holder); a list of
+    ids if one process runs several
     members with one label, None if no member's session holds it. Pure: no store, no clock."""
     infos = sorted(locks, key=lambda info: info.name)
     weights = read_members(group, ((info.name, info.value) for info in infos))
@@ -41,7 +42,7 @@ def read_map(group: str, locks: Iterable[LockInfo]) -> Map:
             member, left = info.name[len(member_prefix) :], round(info.expires_in, 3)
             ids.setdefault(info.owner, []).append(member)
             members.append(
-                dict(id=member, weight=weights[member], **asdict(info.owner), expires_in=left)
+                dict(id=member, weight=weights.get(member), **asdict(info.owner), expires_in=left)
             )
     for info in infos:
         if info.name.startswith(item_prefix):
@@ -73,7 +74,8 @@ def _text(now: Map) -> str:
         for m in members:
             label = f" ({shown(m['label'])})" if m["label"] else ""
             holder = f"{shown(m['host'])} pid {m['pid']}{label}"
-            rows.append((shown(m["id"]), f"{m['weight']:g}", holder, left(m)))
+            weight = "-" if m["weight"] is None else f"{m['weight']:g}"  # joining: not yet said
+            rows.append((shown(m["id"]), weight, holder, left(m)))
         lines.append(columns(rows))
     if items:
         rows = [("ITEM", "MEMBER", "TOKEN", "EXPIRES")]
@@ -155,7 +157,7 @@ def partitions(group: str, watch: bool, as_json: bool, store: str | None) -> int
     except KeyboardInterrupt:
         if not watch:
             raise
-        return EXIT_OK  # Ctrl-C is how --watch ends
+        return EXIT_SIGNAL_BASE + 2  # as tenure leader --watch ends on Ctrl-C
 
 
 __all__ = ["partitions", "read_map"]
