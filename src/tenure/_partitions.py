@@ -220,8 +220,24 @@ class AsyncMember:
                     tg.start_soon(self._reconcile)
         except Exception:  # a bug must not take the client's other work down with it
             log.exception("tenure: partitions %s: member %s failed", self.group, self.id)
+            await self._leave()  # not a member that holds items nobody reconciles
         finally:
             self._done.set()
+
+    async def _leave(self) -> None:
+        """Give up every item and the membership, tell the others, end `changes`. Shielded;
+        a store out of reach ends the leases by their deadlines instead."""
+        with anyio.CancelScope(shield=True):
+            try:
+                for item in list(self._owned):
+                    await self._release(item)
+                if self._membership is not None:
+                    await self._membership.resign()
+                await self._ring()
+            except StoreUnavailable as exc:
+                log.info("tenure: partitions %s: leaving without the store (%s)", self.group, exc)
+            finally:
+                self._send.close()
 
     async def __aexit__(
         self,
@@ -232,12 +248,7 @@ class AsyncMember:
         self._scope.cancel()
         with anyio.CancelScope(shield=True):
             await self._done.wait()
-            for item in list(self._owned):
-                await self._release(item)
-            if self._membership is not None:
-                await self._membership.resign()
-            await self._ring()
-        self._send.close()
+        await self._leave()
 
     async def _ring(self) -> None:
         """Take and release the bell: every member re-reads the group."""
@@ -329,12 +340,14 @@ class AsyncMember:
                 self._pool, item_lock(self.group, item), self.ttl, wait=True, timeout=None,
                 on_wait=None, lock_delay=self._lock_delay,
             )  # fmt: skip
-            self._owned[item] = lease
-            lease.on_lost(lambda _lease: self._lost(item, lease))
-            self._emit(PartitionChange(item, "granted", lease))
+            # No checkpoint from the grant to here: the item is either ours or was never granted.
+            if lease.lost:  # this member was paused past the lease's deadline: not a grant
+                await lease.release()
+            else:
+                self._owned[item] = lease
+                lease.on_lost(lambda _lease: self._lost(item, lease))
+                self._emit(PartitionChange(item, "granted", lease))
         self._wanted.pop(item, None)
-        if scope.cancelled_caught and item in self._owned and item not in self._leaving:
-            await self._release(item)  # granted just as it stopped being ours
         self._poke.set()
 
     def _lost(self, item: str, lease: AsyncLease) -> None:
