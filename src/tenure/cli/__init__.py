@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0
 EXIT_NOT_HELD = 1
-"""``tenure ls NAME``: the lock is not held; ``tenure leader NAME``: nobody leads."""
+"""``tenure ls NAME``: the lock is not held; ``tenure leader NAME``: nobody leads; ``tenure
+partitions GROUP``: the group has no members."""
 EXIT_VIOLATION = 1
 """``tenure chaos``: the checkers found at least one violation."""
 EXIT_USAGE = 2
@@ -48,8 +49,8 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0-125    tenure run/once/cron: the command's own exit code (tenure once: 0 also
            when the slot was already over)
-  1        tenure ls NAME: not held; tenure leader NAME: nobody leads; tenure chaos:
-           a violation was found
+  1        tenure ls NAME: not held; tenure leader NAME: nobody leads; tenure
+           partitions GROUP: no members; tenure chaos: a violation was found
   2        bad input (option, TTL, timeout, lock name, store URL)
   69       the store is unavailable (cannot be opened, read or written)
   75       busy: not acquired (--no-wait, or --timeout passed); tenure once: the slot
