@@ -145,6 +145,8 @@ class AsyncMember:
         self.items = items
         self.ttl = ttl
         self.weight = weight
+        if member is not None and not isinstance(member, str):
+            raise InvalidArgument(f"a member id must be a string, got {member!r}")
         self.id = member or uuid.uuid4().hex[:12]
         check_name(member_lock(group, self.id))
         self._pool = pool
@@ -347,7 +349,8 @@ class AsyncMember:
                 self._owned[item] = lease
                 lease.on_lost(lambda _lease: self._lost(item, lease))
                 self._emit(PartitionChange(item, "granted", lease))
-        self._wanted.pop(item, None)
+        if self._wanted.get(item) is scope:  # not a newer wait for the same item
+            del self._wanted[item]
         self._poke.set()
 
     def _lost(self, item: str, lease: AsyncLease) -> None:

@@ -203,6 +203,8 @@ class Client:
             self._call(late.release)
         elif isinstance(late, AsyncRun):
             self._call(late.abandon)
+        elif isinstance(late, AsyncMember):  # joined a partition group as Ctrl-C came
+            self._call(late.__aexit__, None, None, None)
 
     def acquire(
         self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[LockKeywords]
@@ -329,16 +331,9 @@ class Client:
 
 
 def connect(url: str | None = None, **options: Unpack[ConnectKeywords]) -> Client:
-    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file).
-
-    ``require="correctness"`` refuses an efficiency-grade store (Redis) with ``InvalidArgument``,
-    and ``"elections"`` or ``"records"`` (alone or in a tuple) a store that does not offer them;
-    ``client.capabilities`` says what the store promises. ``tls``, ``ca``, ``cert``, ``key``,
-    ``username`` and ``password`` override the URL's (docs/production.md). ``lock_delay``:
-    seconds a name is granted to nobody after a lease on it ends without a release (default:
-    one TTL, at most 15 s; docs/stop-by.md). ``drift``, ``margin``, ``label``, ``clock``: see
-    ``tenure._options.ConnectKeywords``.
-    """
+    """Open a store by URL (default: $TENURE_STORE, else the embedded SQLite file): the
+    blocking client. The options are ``connect_async``'s (``require``, TLS and credentials,
+    ``lock_delay``, ``drift``, ``margin``, ``label``, ``clock``)."""
     checked = ClientOptions.of(**options)  # before the store is opened (or created)
     store = checked.open_store(url)
     return Client(lambda: AsyncClient.of(store, checked))

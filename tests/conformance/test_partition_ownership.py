@@ -180,6 +180,7 @@ def test_bad_input_is_one_line(store_url: str) -> None:
             (lambda: client.partitions("g", "abc"), "not one string"),
             (lambda: client.partitions("g", ITEMS, weight=0), "weight must be"),
             (lambda: client.partitions("g", ["", "x"]), "non-empty string"),
+            (lambda: client.partitions("g", ITEMS, member=7), "member id must be a string"),
         ):
             with pytest.raises(tenure.InvalidArgument, match=match) as caught, call():
                 pass
