@@ -7,8 +7,10 @@ once for every store that offers elections.
   member's lock (woken by the store's watch or notification; on SQL stores also when the holder
   could have expired) and the group's *bell* ``partitions/<group>/bell``, which a member rings
   (takes and releases) when it joins or leaves, so a newcomer is seen at once.
-- **Assignment**: weighted rendezvous hashing over the members' ids, deterministic and sticky: a
-  change of membership moves only the items whose owner changes.
+- **Assignment**: weighted rendezvous hashing with bounded loads over the members' ids,
+  deterministic, balanced (no member above its share, rounded up) and sticky: a change of
+  membership moves the items of the member that came or went, and a few more where a share
+  changed.
 - **Ownership**: an item is the lock ``partitions/<group>/item/<item>``, with its own lease and
   fencing token. Its assigned owner waits for it in the lock's queue; the old owner is told it
   is leaving, stops, and releases it (or loses it by its deadline, after which lock-delay
@@ -94,10 +96,29 @@ def score(member: str, item: str, weight: float) -> float:
 
 
 def assign(items: Iterable[str], members: Mapping[str, float]) -> dict[str, str]:
-    """Item → owning member id, for members of these weights (empty if there are none)."""
+    """Item → owning member id, for members of these weights (empty if there are none).
+
+    Rendezvous hashing with bounded loads: a member owns at most ``ceil(items · weight / total
+    weight)`` items, so that no survivor of a failure gets more than its share (plain rendezvous
+    hashing gives one of four members a quarter more than the others on 64 items). Pairs are
+    taken by descending score, each item by its best-scoring member that has room: a change
+    moves the items of the member that came or went, and a few others where a share changed.
+    """
+    items = list(items)
     if not members:
         return {}
-    return {item: max(members, key=lambda m: (score(m, item, members[m]), m)) for item in items}
+    total = sum(members.values())
+    room = {m: math.ceil(len(items) * w / total) for m, w in members.items()}
+    ranked = sorted(
+        ((score(m, item, w), m, item) for m, w in members.items() for item in items),
+        reverse=True,
+    )
+    owners: dict[str, str] = {}
+    for _, member, item in ranked:
+        if item not in owners and room[member] > 0:
+            owners[item] = member
+            room[member] -= 1
+    return {item: owners[item] for item in items}
 
 
 @dataclass(frozen=True)

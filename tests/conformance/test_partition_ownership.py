@@ -1,7 +1,7 @@
 """Partition ownership on every store that offers elections: each item one owner with its own
-token, assignment as rendezvous hashing says, sticky on a join, a hand-over told first and
-released after, a dead member's items taken over within TTL + a small bound, never two valid
-holders of an item."""
+token, assignment as `assign` says (rendezvous hashing with bounded loads), sticky on a join, a
+hand-over told first and released after, a dead member's items taken over within TTL + a small
+bound, never two valid holders of an item."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ async def test_every_item_has_one_owner_with_its_own_token(store_url: str) -> No
                 assert held[item_lock("g", item)] == lease.token  # the store agrees
 
 
-async def test_a_join_moves_only_the_items_the_newcomer_wins(store_url: str) -> None:
+async def test_a_join_moves_only_the_items_whose_owner_changes(store_url: str) -> None:
     async with (
         tenure.connect_async(store_url) as a,
         tenure.connect_async(store_url) as b,
@@ -66,22 +66,24 @@ async def test_a_join_moves_only_the_items_the_newcomer_wins(store_url: str) -> 
         b.partitions("g", ITEMS, TTL, member="b") as mb,
     ):
         await settled([ma, mb])
+        two, three = (
+            assign(ITEMS, dict.fromkeys("ab", 1.0)),
+            assign(ITEMS, dict.fromkeys("abc", 1.0)),
+        )
         before = {item: lease.token for m in (ma, mb) for item, lease in m.owned.items()}
         async with c.partitions("g", ITEMS, TTL, member="c") as mc:
             await settled([ma, mb, mc])
-            won = set(mc.owned)
-            assert won == {
-                i for i, m in assign(ITEMS, dict.fromkeys("abc", 1.0)).items() if m == "c"
-            }
+            assert set(mc.owned) == {i for i, m in three.items() if m == "c"}
+            stayed = [i for i in ITEMS if two[i] == three[i]]
+            assert len(stayed) >= len(ITEMS) // 2  # not a reshuffle of everything
             for m in (ma, mb):
                 for item, lease in m.owned.items():
-                    assert lease.token == before[item], (
-                        f"{item} moved though its owner did not change"
-                    )
+                    if item in stayed:
+                        assert lease.token == before[item], f"{item} moved, its owner unchanged"
         await settled([ma, mb])  # the leaver's items come back, the others stay
         for m in (ma, mb):
             for item, lease in m.owned.items():
-                if item not in won:
+                if three[item] == two[item] == m.id:
                     assert lease.token == before[item]
 
 
