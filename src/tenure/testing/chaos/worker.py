@@ -56,6 +56,7 @@ from ..._url import open_store
 from ...stores._spi import Store
 from ..faults import FaultyStore
 from .history import Recorder
+from .ownership import Ownership, one_line
 from .resource import GUARDED, PARTITION, WORKLOADS, Resource, partition_items
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class Worker:
             self.rec.record(f, "fail", token=token, error="stale")
             raise
         except Exception as exc:
-            self.rec.record(f, "info", token=token, error=_one_line(exc))
+            self.rec.record(f, "info", token=token, error=one_line(exc))
             raise
         self.rec.record(f, "ok", token=token, value=result if f == "read" else None)
         return result
@@ -171,66 +172,28 @@ class Worker:
     def run_partition(self) -> None:
         """Be a member of the group until the run's end: a thread consumes the changes (and
         so releases leaving items), another writes to every item owned, this one waits."""
-        self.owned: dict[str, tenure.Lease] = {}
-        self.owning = threading.Lock()  # held by a write: an item is let go between writes
-        self.stopping = threading.Event()
+        self.own = Ownership(self.rec, self.clock.rate)
         items = partition_items(self.args.items)
         with self.client.partitions(
             self.args.lock, items, self.args.ttl, member=self.args.process,
             lock_delay=self.args.lock_delay,
         ) as member:  # fmt: skip
-            threading.Thread(target=self.consume, args=(member,), daemon=True).start()
+            threading.Thread(target=self.own.consume, args=(member,), daemon=True).start()
             writer = threading.Thread(target=self.write_items, daemon=True)
             writer.start()
             while time.monotonic() < self.until:
                 time.sleep(min(0.05, max(0.0, self.until - time.monotonic())))
-            self.stopping.set()
+            self.own.stopping.set()
             writer.join()
             self.rec.record("stop", "info")
-            with self.owning:
-                for item, lease in sorted(self.owned.items()):
-                    self.disown(item, lease, "end")
-                self.owned.clear()
-
-    def with_deadline(self, lease: tenure.Lease, value: dict[str, Any]) -> dict[str, Any]:
-        """``value`` with the lease's deadline on the host's clock (the lease clock may be
-        scaled), if it is still ahead: a deadline already passed (a paused worker just woke
-        up) says nothing new, and must not look like a renewal."""
-        left = lease.remaining()
-        return {**value, "deadline": time.monotonic() + left / self.clock.rate} if left else value
-
-    def consume(self, member: tenure.Member) -> None:
-        try:
-            self.follow(member)
-        except Exception as exc:  # the run's end closes the stream and the client under it
-            if not self.stopping.is_set():  # mid-run: this member's view froze, say so
-                self.rec.record("changes", "info", error=_one_line(exc))
-
-    def follow(self, member: tenure.Member) -> None:
-        """Each change: ``own`` on a grant, ``disown`` on leaving or lost (no write under way)."""
-        for change in member.changes():
-            item, lease = change.item, change.lease
-            with self.owning:
-                if self.stopping.is_set():
-                    continue  # the end: run_partition lets go of everything
-                if change.kind == "granted":
-                    value = self.with_deadline(lease, {"item": item})
-                    self.rec.record("own", "info", token=lease.token, value=value)
-                    self.owned[item] = lease
-                elif item in self.owned and self.owned[item].token == lease.token:
-                    del self.owned[item]
-                    self.disown(item, lease, change.kind)
-            # asking for the next change releases a leaving item: its writes are over
-
-    def disown(self, item: str, lease: tenure.Lease, why: str) -> None:
-        self.rec.record("disown", "info", token=lease.token, value={"item": item, "why": why})
+            self.own.let_go()
 
     def write_items(self) -> None:
-        while not self.stopping.is_set():
-            for item in sorted(self.owned):
-                with self.owning:
-                    lease = self.owned.get(item)
-                    if lease is None or self.stopping.is_set():
+        while not self.own.stopping.is_set():
+            for item in sorted(self.own.items):
+                with self.own.lock:
+                    lease = self.own.items.get(item)
+                    if lease is None or self.own.stopping.is_set():
                         continue
                     with contextlib.suppress(Exception):  # recorded: refused, or unknown
                         self.step_item(item, lease)
@@ -239,11 +202,11 @@ class Worker:
     def step_item(self, item: str, lease: tenure.Lease) -> None:
         """Read the item's counter, think, write it + 1: by the item's own token."""
         token = lease.token
-        asked = self.with_deadline(lease, {"item": item})
+        asked = self.own.with_deadline(lease, {"item": item})
         value = self.op("read", token, asked, lambda: self.resource.read_item(token, item))
         time.sleep(self.rng.uniform(0.005, self.args.think / 5))
         data = {"item": item, "old": value, "new": value + 1}
-        invoke = self.with_deadline(lease, data)
+        invoke = self.own.with_deadline(lease, data)
         self.rec.record("write", "invoke", token=token, value=invoke)
         try:
             self.resource.write_item(token, item, value + 1, data)
@@ -251,7 +214,7 @@ class Worker:
             self.rec.record("write", "fail", token=token, error="stale")
             raise
         except Exception as exc:
-            self.rec.record("write", "info", token=token, error=_one_line(exc))
+            self.rec.record("write", "info", token=token, error=one_line(exc))
             raise
         self.rec.record("write", "ok", token=token, value=data)
 
@@ -273,7 +236,7 @@ class Worker:
             self.rec.record("acquire", "fail", error="timeout")
             return None
         except tenure.TenureError as exc:  # store unavailable: the run's faults at work
-            self.rec.record("acquire", "fail", error=_one_line(exc))
+            self.rec.record("acquire", "fail", error=one_line(exc))
             time.sleep(min(self.args.ttl / 3, 0.5))
             return None
         deadline = time.monotonic() + lease.remaining() / self.clock.rate
@@ -291,7 +254,7 @@ class Worker:
         try:
             lease.release()
         except tenure.TenureError as exc:
-            self.rec.record("release", "fail", token=lease.token, error=_one_line(exc))
+            self.rec.record("release", "fail", token=lease.token, error=one_line(exc))
             return
         self.rec.record("release", "ok", token=lease.token)
 
@@ -341,11 +304,6 @@ class Worker:
 
     def append(self, term: int, data: dict[str, Any]) -> None:
         self.op("write", term, data, lambda: self.resource.write(term, None, data))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
