@@ -359,10 +359,16 @@ class AsyncMember:
     async def _take(self, item: str, scope: anyio.CancelScope) -> None:
         """Wait in the item's queue until granted (or no longer ours: cancelled)."""
         with scope:
-            lease: AsyncLease = await acquire(
-                self._pool, item_lock(self.group, item), self.ttl, wait=True, timeout=None,
-                on_wait=None, lock_delay=self._lock_delay,
-            )  # fmt: skip
+            while True:
+                try:
+                    lease: AsyncLease = await acquire(
+                        self._pool, item_lock(self.group, item), self.ttl, wait=True,
+                        timeout=None, on_wait=None, lock_delay=self._lock_delay,
+                    )  # fmt: skip
+                    break
+                except StoreUnavailable as exc:  # a slow or lost store: wait again, not fail
+                    log.info("tenure: partitions %s: waiting for %s (%s)", self.group, item, exc)
+                    await anyio.sleep(self.ttl / 3)
             # No checkpoint from the grant to here: the item is either ours or was never granted.
             if lease.lost:  # this member was paused past the lease's deadline: not a grant
                 await lease.release()

@@ -152,6 +152,25 @@ async def test_a_dead_members_items_are_taken_over_after_its_leases_end(store_ur
         faulty.hang_keep_alive = faulty.refuse_sessions = False
 
 
+async def test_a_wait_the_store_fails_is_tried_again_not_fatal(store_url: str) -> None:
+    """An item's wait that fails (the store too slow or out of reach) is waited again: the
+    member stays, and takes the item once the store answers."""
+    faulty = FaultyStore(open_store(store_url))
+    async with (
+        tenure.connect_async(store_url, lock_delay=0) as a,
+        tenure.AsyncClient(faulty, lock_delay=0) as b,
+        b.partitions("g", ITEMS, TTL, member="b") as mb,
+    ):
+        async with a.partitions("g", ITEMS, TTL, member="a") as ma:
+            await settled([ma, mb])
+            faulty.fail_attempts = True  # a's items come to b while its attempts fail
+        await anyio.sleep(TTL)
+        assert len(mb.owned) < len(ITEMS)
+        faulty.fail_attempts = False
+        await settled([mb])
+        assert mb.members.keys() == {"b"}
+
+
 def _stamp(into: dict[str, float], item: str, now: Callable[[], float]) -> Callable[[object], None]:
     return lambda _lease: into.__setitem__(item, now())
 

@@ -8,6 +8,7 @@ async with tenure.AsyncClient(store) as client:
     store.drop_sessions = True       # the store answers that the session is gone: lost at once
     store.break_keep_alive = True    # renewals raise an unexpected error (a bug): lost at once
     store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
+    store.fail_attempts = True       # lock attempts raise StoreUnavailable (a store too slow)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class FaultyStore(Store, Elections, Records):
         self.drop_sessions = False
         self.break_keep_alive = False
         self.refuse_sessions = False
+        self.fail_attempts = False
         self.keep_alive_calls = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
@@ -80,6 +82,8 @@ class FaultyStore(Store, Elections, Records):
     async def attempt(
         self, session: Session, name: str, ticket: object | None, enqueue: bool
     ) -> Grant | Busy:
+        if self.fail_attempts:
+            raise StoreUnavailable("faulty store: attempt refused")
         return await self.inner.attempt(session, name, ticket, enqueue)
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
