@@ -14,6 +14,7 @@ import anyio
 
 from ._clock import REAL_CLOCK, Clock
 from ._election import AsyncLeadership, Leader, campaign, check_value, leader, observe
+from ._errors import InvalidArgument
 from ._lease import AsyncLease
 from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_name
@@ -142,11 +143,13 @@ class AsyncClient:
             )
         )
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
-        """Who holds what, as the store sees it now."""
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
+        """Who holds what, as the store sees it now (only names starting with ``prefix``)."""
         if name is not None:
             check_name(name)
-        return await self.store.locks(name)
+        if not isinstance(prefix, str):
+            raise InvalidArgument(f"prefix must be a string, got {prefix!r}")
+        return await self.store.locks(name, prefix)
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:
         """Names free but held back by lock-delay, as the store sees it now."""

@@ -47,6 +47,11 @@ ChangeKind = Literal["granted", "leaving", "lost"]
 L = TypeVar("L")
 
 
+def group_prefix(group: str) -> str:
+    """What the names of every lock of the group start with."""
+    return f"{PREFIX}{group}/"
+
+
 def member_lock(group: str, member: str) -> str:
     return f"{PREFIX}{group}/member/{member}"
 
@@ -327,7 +332,7 @@ class AsyncMember:
         await self._ring()
 
     async def _read_members(self) -> dict[str, float]:
-        found = await self._pool.store.locks()
+        found = await self._pool.store.locks(prefix=member_lock(self.group, ""))
         return read_members(self.group, ((info.name, info.value) for info in found))
 
     async def _apply(self, members: dict[str, float]) -> None:

@@ -241,8 +241,8 @@ class Client:
 
         return hold()
 
-    def locks(self, name: str | None = None) -> list[LockInfo]:
-        return self._call(self._async.locks, name)
+    def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
+        return self._call(self._async.locks, name, prefix)
 
     def held_back(self, name: str | None = None) -> list[HeldBack]:
         return self._call(self._async.held_back, name)

@@ -61,6 +61,24 @@ async def test_names_are_independent(store_url: str) -> None:
         assert {info.name for info in await client.locks()} == {"a", "b"}
 
 
+async def test_locks_lists_only_the_names_under_a_prefix(store_url: str) -> None:
+    async with (
+        tenure.connect_async(store_url) as client,
+        client.lock("group/member/x", ttl=5),
+        client.lock("group/member/y", ttl=5),
+        client.lock("group/item/1", ttl=5),
+        client.lock("groupie", ttl=5),
+    ):
+        found = await client.locks(prefix="group/member/")
+        assert [info.name for info in found] == ["group/member/x", "group/member/y"]
+        assert {i.name for i in await client.locks(prefix="group")} == {
+            "group/member/x", "group/member/y", "group/item/1", "groupie"
+        }  # fmt: skip
+        assert await client.locks("groupie", prefix="group/") == []
+        with pytest.raises(tenure.InvalidArgument):
+            await client.locks(prefix=3)  # type: ignore[arg-type]
+
+
 async def test_release_is_idempotent_and_never_frees_another_holder(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
         first = await a.acquire("x", ttl=5)

@@ -14,7 +14,14 @@ import click
 
 import tenure
 
-from .._partitions import bell_lock, check_group, item_lock, member_lock, read_members
+from .._partitions import (
+    bell_lock,
+    check_group,
+    group_prefix,
+    item_lock,
+    member_lock,
+    read_members,
+)
 from .._values import LockInfo, Owner
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
@@ -118,7 +125,7 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
                 with anyio.move_on_after(REREAD):
                     await rung[0].wait()
                 rung[0] = anyio.Event()
-                last, now = now, read_map(group, await client.locks())
+                last, now = now, read_map(group, await client.locks(prefix=group_prefix(group)))
                 if _settled(now) != _settled(last):
                     click.echo(("" if show is json.dumps else "\n") + show(now))
         except tenure.TenureError as exc:  # raised below, not in an ExceptionGroup: one line
@@ -130,7 +137,7 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
 
 async def _show(group: str, store: str | None, watch: bool, show: Callable[[Map], str]) -> int:
     async with tenure.connect_async(store) as client:
-        now = read_map(group, await client.locks())
+        now = read_map(group, await client.locks(prefix=group_prefix(group)))
         click.echo(show(now))
         if watch:
             await _follow(client, now, show)

@@ -148,8 +148,10 @@ class Store(ABC):
         """Delete the lock only if it is still held by this session with this token."""
 
     @abstractmethod
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
-        """The locks currently held (one, if ``name`` is given)."""
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
+        """The locks currently held (one, if ``name`` is given) whose names start with
+        ``prefix``. Filter by name before reading each holder: a prefix is how a recipe reads
+        its own few locks among many (a partition group's members)."""
 
     @abstractmethod
     async def held_back(self, name: str | None = None) -> list[HeldBack]:

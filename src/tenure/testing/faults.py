@@ -95,8 +95,8 @@ class FaultyStore(Store, Elections, Records):
     async def release(self, session: Session, name: str, token: int) -> None:
         await self.inner.release(session, name, token)
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
-        return await self.inner.locks(name)
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
+        return await self.inner.locks(name, prefix)
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:
         return await self.inner.held_back(name)

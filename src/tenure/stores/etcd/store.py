@@ -436,8 +436,9 @@ class EtcdStore(Store, Elections, Records):
                     helds[lock] = kv
         return queues, helds
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         queues, helds = await self._read_locks(name)
+        queues = {lock: kvs for lock, kvs in queues.items() if lock.startswith(prefix)}
         found: dict[str, LockInfo] = {}
         failed: list[StoreUnavailable] = []
 

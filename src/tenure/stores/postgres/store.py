@@ -263,7 +263,7 @@ class PostgresStore(Store, Elections, Records):
         params = {"id": session_id, "name": name, "token": token, "request": request}
         return self._call("release", params)
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         async def tx(conn: AsyncConnection[Any]) -> list[LockInfo]:
             cur = await conn.execute(self._q["locks"], {"name": name})
             return [
@@ -271,6 +271,7 @@ class PostgresStore(Store, Elections, Records):
                     row[0], int(row[1]), Owner(row[2], row[3], row[4]), row[5], int(row[6]), row[7]
                 )
                 for row in await cur.fetchall()
+                if row[0].startswith(prefix)  # one statement reads them all: filtered here
             ]
 
         return await self.commands.run(tx)

@@ -326,9 +326,11 @@ class RedlockStore(Store, Elections):
         lists = self._answers(await self._each(lambda i: i.lock_names(kind)), what)
         return sorted({n for each in lists for n in each})
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         found = []
         for each in await self._names(name, "l", "listing locks"):
+            if not each.startswith(prefix):
+                continue
             info = await self._info(each)
             if info is not None:
                 found.append(info)

@@ -161,9 +161,9 @@ class RedisStore(Store, Elections, Records):
         await self.instance.call("release", session.id, name, str(token), "")
         del session.held[(name, token)]
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         names = [name] if name is not None else await self.instance.lock_names()
-        found = [await self.instance.info(each) for each in names]
+        found = [await self.instance.info(each) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:

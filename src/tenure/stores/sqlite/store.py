@@ -392,7 +392,7 @@ class SQLiteStore(Store, Elections, Records):
 
         wake_up(await self._transaction(tx))
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         now = REAL_CLOCK.now()
         with self._errors.on(sqlite3.Error):
             if name is None:
@@ -400,7 +400,7 @@ class SQLiteStore(Store, Elections, Records):
                 names = [row[0] for row in self._db.execute(query)]
             else:
                 names = [name]
-            found = [self._holder(self._db, each, now) for each in names]
+            found = [self._holder(self._db, each, now) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
     async def held_back(self, name: str | None = None) -> list[HeldBack]:

@@ -359,7 +359,7 @@ class ZooKeeperStore(Store, Elections, Records):
         del session.held[(name, token)]
         session.marks.pop((name, token), None)
 
-    async def locks(self, name: str | None = None) -> list[LockInfo]:
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         k = kazoo()
         root = self.paths.root
         if name is None:
@@ -369,6 +369,7 @@ class ZooKeeperStore(Store, Elections, Records):
                 return []
         else:
             encoded = [encode(name)]
+        encoded = [e for e in encoded if unquote(e).startswith(prefix)]
         client = await self._conn.reader()
         # All listings sent at once, then all holders: two round trips whatever the count.
         listings = [client.get_children_async(f"{root}/{e}") for e in encoded]
