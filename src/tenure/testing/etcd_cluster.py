@@ -3,8 +3,10 @@ trying tenure (``tenure dev-cluster etcd``).
 
 ``EtcdCluster(members=3)`` starts a static cluster (data in a temporary directory), waits until
 every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
-find the leader. ``close()`` kills everything and removes the directory; a test run killed hard
-leaves an owner file behind, and the next run reaps what that run left.
+find the leader (``data_root``: where the temporary directory goes, e.g. a RAM disk, so that
+members on one host do not queue behind one disk's fsyncs). ``close()`` kills everything and
+removes the directory; a test run killed hard leaves an owner file behind, and the next run
+reaps what that run left.
 
 For the security tests: ``EtcdCluster(1, tls=files)`` serves clients over TLS only (https on
 127.0.0.1; ``client_cert_auth=True`` also demands a client certificate signed by ``files.ca``;
@@ -48,6 +50,9 @@ class EtcdMember(ServerProcess):
         self.name = f"m{index}"
         self.client_port = free_port()
         self.peer_port = free_port()
+        self.peer_front: int | None = None
+        """Where peers reach this member instead of ``peer_port`` (a proxy's port), if set
+        before the cluster starts: its advertised peer URL (`tenure.testing.fabric`)."""
 
     @property
     def client_url(self) -> str:
@@ -57,6 +62,11 @@ class EtcdMember(ServerProcess):
     @property
     def peer_url(self) -> str:
         return f"http://{HOST}:{self.peer_port}"
+
+    @property
+    def advertised_peer_url(self) -> str:
+        port = self.peer_front if self.peer_front is not None else self.peer_port
+        return f"http://{HOST}:{port}"
 
     @property
     def endpoint(self) -> str:
@@ -78,7 +88,7 @@ class EtcdMember(ServerProcess):
             f"--listen-client-urls={self.client_url}",
             f"--advertise-client-urls={self.client_url}",
             f"--listen-peer-urls={self.peer_url}",
-            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.advertised_peer_url}",
             f"--initial-cluster={self.cluster.initial_cluster}",
             "--initial-cluster-state=new",
             f"--initial-cluster-token={self.cluster.token}",
@@ -149,6 +159,7 @@ class EtcdCluster(ServerGroup):
         client_cert_auth: bool = False,
         auth_token_ttl: int | None = None,
         log_level: str = "warn",
+        data_root: Path | None = None,
     ) -> None:
         if client_cert_auth and tls is None:
             raise ValueError("client_cert_auth needs tls")
@@ -159,7 +170,7 @@ class EtcdCluster(ServerGroup):
         if not os.access(ETCD, os.X_OK):
             raise RuntimeError(f"etcd binary not found at {ETCD}")
         reap_orphans(PREFIX, lambda root: f"--data-dir={root}/".encode())
-        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))
+        self.root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=data_root))
         (self.root / "owner").write_text(str(os.getpid()))
         self.token = uuid.uuid4().hex
         self.members = [EtcdMember(self, i) for i in range(members)]
@@ -216,7 +227,7 @@ class EtcdCluster(ServerGroup):
 
     @property
     def initial_cluster(self) -> str:
-        return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        return ",".join(f"{m.name}={m.advertised_peer_url}" for m in self.members)
 
     @property
     def endpoints(self) -> list[str]:

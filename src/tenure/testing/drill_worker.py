@@ -1,0 +1,153 @@
+"""One worker of the lose-servers drill (`tenure.testing.drill`): a member of the partition group
+that processes the requests of the partitions it owns, from the shared queue in PostgreSQL.
+
+``python -m tenure.testing.drill_worker --server 3 --store URL --dsn DSN --partitions 64
+--capacity 10 --deadline 2 --ttl 2 --history server-3.jsonl --ready server-3.ready``
+
+It takes the oldest pending request of an owned partition that is still within its deadline
+(older ones are errors already: working on them would only make newer ones late too), works
+on it for 1/capacity seconds, and marks it done in one transaction with the partition's fence
+(`tenure.fence.SQLFence`, resource = the partition) and the ``accepted`` log the drill's
+stale-write check reads. Ownership goes into the history as the chaos worker's does
+(`chaos.ownership`), each write with the lease's deadline, so the drill's item-overlap check
+reads it as the chaos checkers do. It runs until killed (SIGTERM: leaves the group first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import tenure
+from tenure.fence import SQLFence
+
+from .chaos.history import Recorder
+from .chaos.ownership import Ownership, one_line
+
+GROUP = "drill"
+FENCE = SQLFence("drill_fence")
+TAKE = """
+    SELECT id, partition FROM requests
+    WHERE done IS NULL AND partition = ANY(%s) AND created > clock_timestamp() - %s * interval '1 s'
+    ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+"""
+DONE = "UPDATE requests SET done = clock_timestamp(), worker = %s, token = %s WHERE id = %s"
+LOG = "INSERT INTO accepted (partition, token, worker, request) VALUES (%s, %s, %s, %s)"
+
+
+def partitions(count: int) -> list[str]:
+    return [f"p{n:02d}" for n in range(count)]
+
+
+def member_id(server: int) -> str:
+    return f"server-{server}"
+
+
+class DrillWorker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.name = member_id(args.server)
+        self.rec = Recorder(args.history, self.name)
+        self.own = Ownership(self.rec)
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def run(self) -> None:
+        self.rec.record("start", "info")
+        with (
+            tenure.connect(self.args.store, label=f"drill {self.name}") as client,
+            client.partitions(
+                GROUP,
+                partitions(self.args.partitions),
+                self.args.ttl,
+                member=self.name,
+                lock_delay=self.args.lock_delay,
+            ) as member,
+        ):
+            threading.Thread(target=self.own.consume, args=(member,), daemon=True).start()
+            Path(self.args.ready).touch()
+            try:
+                while True:
+                    if not self.step():
+                        time.sleep(0.01)
+            finally:
+                self.own.let_go()
+
+    def connection(self) -> psycopg.Connection[Any]:
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(self.args.dsn, connect_timeout=2)
+        return self.conn
+
+    def step(self) -> bool:
+        """Process one request, if one of an owned partition is waiting; False if none was."""
+        with self.own.lock:  # no owned item is let go while its request is under way
+            owned = {i: lease for i, lease in self.own.items.items() if lease.remaining() > 0}
+            if not owned:
+                return False
+            try:
+                return self.process(owned)
+            except tenure.StaleToken:
+                return True  # recorded, rolled back: a newer owner wrote since
+            except (psycopg.Error, OSError) as exc:
+                self.rec.record("queue", "info", error=one_line(exc))
+                if self.conn is not None:
+                    self.conn.close()
+                time.sleep(0.1)
+                return False
+
+    def process(self, owned: dict[str, tenure.Lease]) -> bool:
+        conn = self.connection()
+        with conn.transaction(), conn.cursor() as cur:
+            row = cur.execute(TAKE, (list(owned), self.args.deadline)).fetchone()
+            if row is None:
+                return False
+            request, item = row
+            lease = owned[item]
+            time.sleep(1 / self.args.capacity)  # the work
+            value = self.own.with_deadline(lease, {"item": item, "request": request})
+            self.rec.record("write", "invoke", token=lease.token, value=value)
+            try:
+                FENCE.admit(cur, item, lease.token)
+            except tenure.StaleToken:
+                self.rec.record("write", "fail", token=lease.token, error="stale")
+                raise
+            cur.execute(DONE, (self.args.server, lease.token, request))
+            cur.execute(LOG, (item, lease.token, self.args.server, request))
+        self.rec.record("write", "ok", token=lease.token, value={"item": item})
+        return True
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tenure.testing.drill_worker")
+    parser.add_argument("--server", type=int, required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--partitions", type=int, default=64)
+    parser.add_argument("--capacity", type=float, default=10.0)
+    parser.add_argument("--deadline", type=float, default=2.0)
+    parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--lock-delay", type=float, default=None)
+    parser.add_argument("--history", required=True)
+    parser.add_argument("--ready", required=True)
+    return parser.parse_args(argv)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    logging.basicConfig(level=logging.INFO, format="%(relativeCreated)d %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    DrillWorker(parse(argv)).run()
+
+
+if __name__ == "__main__":
+    main()
