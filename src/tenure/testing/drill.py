@@ -22,6 +22,7 @@ accepted (`checkers.check_stale_item_writes` over the queue's ``accepted`` log) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -38,10 +39,10 @@ import psycopg
 
 import tenure
 
+from .._partitions import assign
 from .chaos.checkers import check_item_overlap, check_stale_item_writes, item_windows
 from .chaos.history import NEMESIS, Accepted, Event, ResourceLog, read_history
 from .chaos.resource import PARTITION
-from .._partitions import assign
 from .drill_worker import FENCE, GROUP, member_id, partitions
 from .etcd_cluster import EtcdCluster, EtcdMember
 from .fabric import Fabric
@@ -147,35 +148,34 @@ class Drill:
                 FENCE.ensure_table(conn)
             self.fabric = stack.enter_context(Fabric())
             shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
-            self.cluster = EtcdCluster(self.config.servers, data_root=shm if shm.is_dir() else None)
+            self.cluster = EtcdCluster(
+                self.config.servers, data_root=shm if shm.is_dir() else None, pre_vote=True
+            )
             stack.callback(self.cluster.close)
-            client_fronts = []
-            for i, member in enumerate(self.cluster.members):
-                if self.config.mode == "cut":
-                    member.peer_front = self.fabric.front(i, member.peer_port)
-                    client_fronts.append(self.fabric.front(i, member.client_port))
-                else:
-                    client_fronts.append(member.client_port)
+            cut = self.config.mode == "cut"
             members = list(self.cluster.members)
+            if cut:  # peers find each other through the fabric; the kernel tells who dialled
+                for i, member in enumerate(members):
+                    member.peer_front = self.fabric.front(i, member.peer_port)
             self.cluster.start()
             if self.cluster.members != members:
                 raise RuntimeError("etcd moved to other ports at start; run the drill again")
             for i, member in enumerate(members):
                 self.claim(i, member)
-            pg_front = (
-                self.fabric.front(None, self.pg.port or 0)
-                if self.config.mode == "cut"
-                else self.pg.port
-            )
-            self.dsn = self.pg.dsn.replace(f":{self.pg.port}/", f":{pg_front}/")
-            self.store_urls = [
-                "etcd://"
-                + ",".join(f"127.0.0.1:{p}" for p in client_fronts[i:] + client_fronts[:i])
-                for i in range(self.config.servers)
-            ]  # its own server's member first, as a worker beside its member would
+            self.store_urls, self.dsns = [], []
+            for w in range(self.config.servers):  # each worker its own fronts: known source
+                ports = [
+                    self.fabric.front(j, m.client_port, source=w) if cut else m.client_port
+                    for j, m in enumerate(members)
+                ]
+                ports = ports[w:] + ports[:w]  # its own server's member first
+                self.store_urls.append("etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports))
+                pg = self.fabric.front(None, self.pg.port or 0, source=w) if cut else self.pg.port
+                self.dsns.append(self.pg.dsn.replace(f":{self.pg.port}/", f":{pg}/"))
             stack.callback(self.stop_workers)
             for i in range(self.config.servers):
                 self.start_worker(i)
+                time.sleep(0.3)  # not all at once: the warm-up is not what is measured
             self.wait_settled()
             return self.drive()
 
@@ -189,7 +189,7 @@ class Drill:
         ready.unlink(missing_ok=True)
         argv = [
             sys.executable, "-m", "tenure.testing.drill_worker", f"--server={server}",
-            f"--store={self.store_urls[server]}", f"--dsn={self.dsn}",
+            f"--store={self.store_urls[server]}", f"--dsn={self.dsns[server]}",
             f"--partitions={c.partitions}", f"--capacity={c.capacity}",
             f"--deadline={c.deadline}", f"--ttl={c.ttl}",
             *([] if c.lock_delay is None else [f"--lock-delay={c.lock_delay}"]),
@@ -221,9 +221,10 @@ class Drill:
         with tenure.connect(url) as client:
             while True:
                 ready = all((self.root / f"{member_id(i)}.ready").exists() for i in self.workers)
-                found = client.locks(prefix=f"partitions/{GROUP}/item/") if ready else []
-                if {info.name: info.owner.label for info in found} == want:
-                    return
+                with contextlib.suppress(tenure.StoreUnavailable):  # busy settling: look again
+                    found = client.locks(prefix=f"partitions/{GROUP}/item/") if ready else []
+                    if {info.name: info.owner.label for info in found} == want:
+                        return
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the group did not settle in {timeout:.0f}s")
                 time.sleep(0.1)

@@ -4,7 +4,9 @@ trying tenure (``tenure dev-cluster etcd``).
 ``EtcdCluster(members=3)`` starts a static cluster (data in a temporary directory), waits until
 every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
 find the leader (``data_root``: where the temporary directory goes, e.g. a RAM disk, so that
-members on one host do not queue behind one disk's fsyncs). ``close()`` kills everything and
+members on one host do not queue behind one disk's fsyncs; ``pre_vote``: a member cut off
+cannot depose the leader when it comes back with a higher term, as etcd 3.5 does by default).
+``close()`` kills everything and
 removes the directory; a test run killed hard leaves an owner file behind, and the next run
 reaps what that run left.
 
@@ -96,6 +98,7 @@ class EtcdMember(ServerProcess):
             f"--election-timeout={ELECTION_MS}",
             "--logger=zap",
             f"--log-level={self.cluster.log_level}",
+            *(["--pre-vote"] if self.cluster.pre_vote else []),
             *self.cluster.security_flags(),
         ]
         self.spawn(argv, self.log_path)
@@ -160,10 +163,12 @@ class EtcdCluster(ServerGroup):
         auth_token_ttl: int | None = None,
         log_level: str = "warn",
         data_root: Path | None = None,
+        pre_vote: bool = False,
     ) -> None:
         if client_cert_auth and tls is None:
             raise ValueError("client_cert_auth needs tls")
         self.log_level = log_level
+        self.pre_vote = pre_vote
         self.tls = tls
         self.client_cert_auth = client_cert_auth
         self.auth_token_ttl = auth_token_ttl

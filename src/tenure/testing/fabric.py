@@ -4,9 +4,10 @@ correlated failure ("these three machines fell off the network") for a drill on 
 A *server* is a number; the processes it runs are *claimed* by pid; each port a server serves
 (an etcd member's client and peer ports, a worker's nothing) is *fronted* by a proxy on a free
 127.0.0.1 port, and everyone is pointed at the fronts. On each connection a front asks the
-kernel which process opened it (``/proc/net/tcp`` and the claimed processes' descriptors), so a
-link is known by both ends: from the server that opened it (or from outside, for a process
-nobody claimed) to the server behind the front (or to a shared service outside every server).
+kernel which process opened it (``/proc/net/tcp`` and the claimed processes' descriptors; or a
+front made for one source server only says it), so a link is known by both ends: from the
+server that opened it (or from outside, for a process nobody claimed) to the server behind the
+front (or to a shared service outside every server).
 
 ``cut(*servers)`` drops every byte, both ways, of every link that touches a cut server and
 joins two different places — current links and new ones (a partition that looks alive: TCP
@@ -26,9 +27,12 @@ Example::
 from __future__ import annotations
 
 import os
+import socket
+import struct
 from contextlib import suppress
 from pathlib import Path
 
+import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
 from .._loop_thread import LoopThread
@@ -36,18 +40,33 @@ from .proxy import ChaosProxy, _Link
 
 OUTSIDE = None
 """The place of a process no server claimed, and of a service outside every server."""
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _NLMSG_ERROR = 4, 20, 2
+_NO_COOKIE, _ALL_STATES = 0xFFFFFFFF, 0xFFFFFFFF
+_INODE_AT = 4 + 48 + 16  # inet_diag_msg: family…retrans, the socket id, expires…uid, inode
+LOOKUP = "lookup"
+"""A front's links come from whoever opened them, asked of the kernel for each one."""
 
 
 def socket_inode(local_port: int, remote_port: int) -> int | None:
-    """The inode of the IPv4 loopback socket ``127.0.0.1:local_port → 127.0.0.1:remote_port``."""
-    want = (f"0100007F:{local_port:04X}", f"0100007F:{remote_port:04X}")
-    with suppress(OSError), open("/proc/net/tcp") as table:
-        next(table)
-        for line in table:
-            fields = line.split()
-            if (fields[1], fields[2]) == want:
-                return int(fields[9])
-    return None
+    """The inode of the IPv4 loopback socket ``127.0.0.1:local_port → 127.0.0.1:remote_port``,
+    asked of the kernel's socket diagnostics by that exact address (``/proc/net/tcp`` lists
+    every socket of the host: tens of milliseconds once thousands wait in TIME_WAIT)."""
+    loopback = socket.inet_aton("127.0.0.1") + bytes(12)
+    sockid = struct.pack("!HH", local_port, remote_port) + loopback + loopback
+    sockid += struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
+    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
+    request += sockid
+    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 1, 0)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
+            nl.settimeout(1)
+            nl.send(header + request)
+            answer = nl.recv(65536)
+    except OSError:
+        return None
+    if len(answer) < 16 + _INODE_AT + 4 or struct.unpack_from("=H", answer, 4)[0] == _NLMSG_ERROR:
+        return None
+    return int(struct.unpack_from("=I", answer, 16 + _INODE_AT)[0])
 
 
 def holds_socket(pid: int, inode: int) -> bool:
@@ -63,13 +82,17 @@ def holds_socket(pid: int, inode: int) -> bool:
 class _Front(ChaosProxy):
     """One fronted port: judges each link by its two ends, as the fabric says."""
 
-    def __init__(self, fabric: Fabric, server: int | None, port: int) -> None:
+    def __init__(self, fabric: Fabric, server: int | None, port: int, source: object) -> None:
         super().__init__("127.0.0.1", port)
         self.fabric = fabric
         self.server = server
+        self.source = source
 
-    def _source(self, client: SocketStream) -> object:
-        return self.fabric.place_of(client.extra(SocketAttribute.remote_port), self.port)
+    async def _source(self, client: SocketStream) -> object:
+        if self.source is not LOOKUP:
+            return self.source
+        port = client.extra(SocketAttribute.remote_port)
+        return await anyio.to_thread.run_sync(self.fabric.place_of, port, self.port)
 
     def _drops(self, link: _Link, response: bool) -> bool:
         if self.fabric.blocked(link.source, self.server):
@@ -79,8 +102,9 @@ class _Front(ChaosProxy):
 
     def place_again(self) -> None:
         for link in list(self._links):
-            if link.source is OUTSIDE:
-                link.source = self._source(link.client)
+            if link.source is OUTSIDE and self.source is LOOKUP:
+                port = link.client.extra(SocketAttribute.remote_port)
+                link.source = self.fabric.place_of(port, self.port)
 
     def reset_healed(self) -> None:
         """Abort the links that were cut and are not now: their streams lost bytes for good."""
@@ -114,11 +138,14 @@ class Fabric:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def front(self, server: int | None, port: int) -> int:
+    def front(self, server: int | None, port: int, source: int | str | None = LOOKUP) -> int:
         """Listen on a free loopback port, forwarding to ``port`` of ``server`` (``None``: a
-        service outside every server); returns the port to point clients at."""
+        service outside every server); returns the port to point clients at. ``source``: the
+        server every link of this front comes from, when only its processes use it (one front
+        per client and server: no question to the kernel per connection, which costs
+        milliseconds); by default each link's opener is looked up."""
         assert self._thread is not None, "start_in_thread() first"
-        proxy = _Front(self, server, port)
+        proxy = _Front(self, server, port, source)
         self._thread.enter(proxy)
         self._fronts.append(proxy)
         return proxy.port

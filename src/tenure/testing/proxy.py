@@ -155,7 +155,7 @@ class ChaosProxy:
                 _rst_on_close(client)
                 return
             async with server:
-                link = _Link(client, server, source=self._source(client))
+                link = _Link(client, server, source=await self._source(client))
                 self._links.add(link)
                 try:
                     with link.scope:
@@ -165,7 +165,7 @@ class ChaosProxy:
                 finally:
                     self._links.discard(link)
 
-    def _source(self, client: SocketStream) -> object:
+    async def _source(self, client: SocketStream) -> object:
         """Who opened the connection ``client`` (a subclass may tell; here: nobody)."""
         return None
 

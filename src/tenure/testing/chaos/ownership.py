@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import tenure
@@ -20,16 +22,28 @@ def one_line(exc: BaseException) -> str:
 
 
 class Ownership:
-    """Item → lease for the items owned now; ``lock`` is held by a write to one of them, so an
-    item is let go only between writes. ``rate``: how fast the lease clock runs against the
-    host's (a drifting client clock, in chaos runs)."""
+    """Item → lease for the items owned now. A write to an item runs in `holding`, which
+    takes that item's own lock: the item is let go only between its writes, and a slow write
+    to one item holds up no other item's hand-over. ``rate``: how fast the lease clock runs
+    against the host's (a drifting client clock, in chaos runs)."""
 
     def __init__(self, rec: Recorder, rate: float = 1.0) -> None:
         self.rec = rec
         self.rate = rate
         self.items: dict[str, tenure.Lease] = {}
-        self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self._guard = threading.Lock()
+        self._busy: dict[str, threading.Lock] = {}
+
+    def _lock_of(self, item: str) -> threading.Lock:
+        with self._guard:
+            return self._busy.setdefault(item, threading.Lock())
+
+    @contextmanager
+    def holding(self, item: str) -> Iterator[tenure.Lease | None]:
+        """The item's lease, not let go until the block ends (None: not owned now)."""
+        with self._lock_of(item):
+            yield None if self.stopping.is_set() else self.items.get(item)
 
     def with_deadline(self, lease: tenure.Lease, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` with the lease's deadline on the host's clock, if it is still ahead: a
@@ -50,7 +64,7 @@ class Ownership:
         """Each change: ``own`` on a grant, ``disown`` on leaving or lost (no write under way)."""
         for change in member.changes():
             item, lease = change.item, change.lease
-            with self.lock:
+            with self._lock_of(item):
                 if self.stopping.is_set():
                     continue  # the end: `let_go` lets go of everything
                 if change.kind == "granted":
@@ -68,7 +82,7 @@ class Ownership:
     def let_go(self) -> None:
         """The end: stop, and disown every item (no write is under way once this returns)."""
         self.stopping.set()
-        with self.lock:
-            for item, lease in sorted(self.items.items()):
+        for item, lease in sorted(self.items.items()):
+            with self._lock_of(item):
                 self.disown(item, lease, "end")
-            self.items.clear()
+        self.items.clear()

@@ -191,9 +191,8 @@ class Worker:
     def write_items(self) -> None:
         while not self.own.stopping.is_set():
             for item in sorted(self.own.items):
-                with self.own.lock:
-                    lease = self.own.items.get(item)
-                    if lease is None or self.own.stopping.is_set():
+                with self.own.holding(item) as lease:
+                    if lease is None:
                         continue
                     with contextlib.suppress(Exception):  # recorded: refused, or unknown
                         self.step_item(item, lease)
