@@ -33,7 +33,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ._election import AsyncLeadership, campaign, observe
-from ._errors import InvalidArgument, NotAcquired, StoreUnavailable
+from ._errors import InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from ._lease import AsyncLease
 from ._lock import acquire
 from ._names import check_name
@@ -318,7 +318,7 @@ class AsyncMember:
                 if self._membership is None or self._membership.lost:
                     await self._join()
                 await self._apply(await self._read_members())
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, LeaseLost) as exc:  # lost again while joining: next round
                 log.info("tenure: partitions %s: cannot read the group (%s)", self.group, exc)
             with anyio.move_on_after(self.ttl / 3):
                 await self._poke.wait()

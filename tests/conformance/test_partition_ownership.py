@@ -171,6 +171,25 @@ async def test_a_wait_the_store_fails_is_tried_again_not_fatal(store_url: str) -
         assert mb.members.keys() == {"b"}
 
 
+async def test_a_member_whose_join_again_is_lost_tries_again(store_url: str) -> None:
+    """Its session lost, the member joins again; that join's term lost too (the store said
+    so as it proclaimed its weight): the member tries once more, it does not fail."""
+    faulty = FaultyStore(open_store(store_url))
+    async with (
+        tenure.AsyncClient(faulty, lock_delay=0) as b,
+        b.partitions("g", ITEMS, TTL, member="b") as mb,
+    ):
+        await settled([mb])
+        faulty.drop_sessions = faulty.refuse_proclaims = True
+        with anyio.fail_after(SETTLE):
+            while mb.owned:
+                await anyio.sleep(0.02)
+        faulty.drop_sessions = False
+        await anyio.sleep(TTL)  # a join or two refused meanwhile
+        faulty.refuse_proclaims = False
+        await settled([mb])
+
+
 def _stamp(into: dict[str, float], item: str, now: Callable[[], float]) -> Callable[[object], None]:
     return lambda _lease: into.__setitem__(item, now())
 

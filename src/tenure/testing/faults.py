@@ -9,6 +9,7 @@ async with tenure.AsyncClient(store) as client:
     store.break_keep_alive = True    # renewals raise an unexpected error (a bug): lost at once
     store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
     store.fail_attempts = True       # lock attempts raise StoreUnavailable (a store too slow)
+    store.refuse_proclaims = True    # a leader's term ends at the store as it proclaims
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class FaultyStore(Store, Elections, Records):
         self.break_keep_alive = False
         self.refuse_sessions = False
         self.fail_attempts = False
+        self.refuse_proclaims = False
         self.keep_alive_calls = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
@@ -102,6 +104,9 @@ class FaultyStore(Store, Elections, Records):
         return await self.inner.held_back(name)
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
+        if self.refuse_proclaims:  # the term ended at the store just before (as by expiry)
+            await self.inner.release(session, name, token)
+            return False
         return await elections_of(self.inner).proclaim(session, name, token, value)
 
     async def watch(self, name: str) -> Watch:
