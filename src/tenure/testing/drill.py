@@ -149,8 +149,12 @@ class Drill:
             self.fabric = stack.enter_context(Fabric())
             shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
             self.cluster = EtcdCluster(
-                self.config.servers, data_root=shm if shm.is_dir() else None, pre_vote=True
-            )
+                self.config.servers,
+                data_root=shm if shm.is_dir() else None,
+                pre_vote=True,
+                heartbeat_ms=100,
+                election_ms=1000,
+            )  # fmt: skip  (etcd's own defaults: half the heartbeats of the test clusters)
             stack.callback(self.cluster.close)
             cut = self.config.mode == "cut"
             members = list(self.cluster.members)

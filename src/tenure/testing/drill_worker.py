@@ -7,8 +7,8 @@ that processes the requests of the partitions it owns, from the shared queue in 
 It takes the oldest pending request of an owned partition that is still within its deadline
 (older ones are errors already: working on them would only make newer ones late too), works
 on it for what is left of a 1/capacity-second slot, and marks it done in one transaction with
-the partition's fence (`tenure.fence.SQLFence`, resource = the partition) and the ``accepted`` log the drill's
-stale-write check reads. Ownership goes into the history as the chaos worker's does
+the partition's fence (`tenure.fence.SQLFence`, resource = the partition) and the ``accepted``
+log the drill's stale-write check reads. Ownership goes into the history as the chaos worker's does
 (`chaos.ownership`), each write with the lease's deadline, so the drill's item-overlap check
 reads it as the chaos checkers do. It runs until killed (SIGTERM: leaves the group first).
 """

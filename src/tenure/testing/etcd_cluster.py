@@ -5,7 +5,8 @@ trying tenure (``tenure dev-cluster etcd``).
 every member answers, and can stop, kill, pause (SIGSTOP), resume and restart single members and
 find the leader (``data_root``: where the temporary directory goes, e.g. a RAM disk, so that
 members on one host do not queue behind one disk's fsyncs; ``pre_vote``: a member cut off
-cannot depose the leader when it comes back with a higher term, as etcd 3.5 does by default).
+cannot depose the leader when it comes back with a higher term, as etcd 3.5 does by default;
+``heartbeat_ms``/``election_ms``: Raft's timing, etcd's own defaults are 100/1000).
 ``close()`` kills everything and
 removes the directory; a test run killed hard leaves an owner file behind, and the next run
 reaps what that run left.
@@ -94,8 +95,8 @@ class EtcdMember(ServerProcess):
             f"--initial-cluster={self.cluster.initial_cluster}",
             "--initial-cluster-state=new",
             f"--initial-cluster-token={self.cluster.token}",
-            f"--heartbeat-interval={HEARTBEAT_MS}",
-            f"--election-timeout={ELECTION_MS}",
+            f"--heartbeat-interval={self.cluster.heartbeat_ms}",
+            f"--election-timeout={self.cluster.election_ms}",
             "--logger=zap",
             f"--log-level={self.cluster.log_level}",
             *(["--pre-vote"] if self.cluster.pre_vote else []),
@@ -164,11 +165,14 @@ class EtcdCluster(ServerGroup):
         log_level: str = "warn",
         data_root: Path | None = None,
         pre_vote: bool = False,
+        heartbeat_ms: int = HEARTBEAT_MS,
+        election_ms: int = ELECTION_MS,
     ) -> None:
         if client_cert_auth and tls is None:
             raise ValueError("client_cert_auth needs tls")
         self.log_level = log_level
         self.pre_vote = pre_vote
+        self.heartbeat_ms, self.election_ms = heartbeat_ms, election_ms
         self.tls = tls
         self.client_cert_auth = client_cert_auth
         self.auth_token_ttl = auth_token_ttl
