@@ -41,7 +41,7 @@ import tenure
 
 from .._partitions import assign
 from .chaos.checkers import check_item_overlap, check_stale_item_writes, item_windows
-from .chaos.history import NEMESIS, Accepted, Event, ResourceLog, read_history
+from .chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
 from .chaos.resource import PARTITION
 from .drill_worker import FENCE, GROUP, member_id, partitions
 from .etcd_cluster import EtcdCluster, EtcdMember
@@ -351,13 +351,8 @@ class Drill:
         late = [t for t, d in requests if d is None or d > c.deadline]
         history = read_history(self.root.glob("*.jsonl")) + self.nemesis
         history.sort(key=lambda e: e.t)
-        resource = ResourceLog(
-            PARTITION,
-            [Accepted(i, member_id(w), tok, {"item": p}) for i, p, tok, w in log],
-            None,
-        )
         overlap = check_item_overlap(history)
-        stale = check_stale_item_writes(resource)
+        stale = stale_writes(log)
         refused = sum(1 for e in history if e.f == "write" and e.type == "fail")
         for event in events:
             window = [
@@ -442,6 +437,13 @@ class Drill:
             }
             for s in range(int(end) + 1)
         ]
+
+
+def stale_writes(log: list[tuple[int, str, int, int]]) -> list[Finding]:
+    """The queue's ``accepted`` rows ``(id, partition, token, worker)`` in commit order, judged
+    by the chaos checker: per partition, no token lower than one accepted before it."""
+    accepted = [Accepted(i, member_id(w), token, {"item": p}) for i, p, token, w in log]
+    return check_stale_item_writes(ResourceLog(PARTITION, accepted, None))
 
 
 def percentiles(values: list[float]) -> tuple[float, float] | None:

@@ -1,0 +1,154 @@
+"""The drill "lose 3 of 7 servers, the store's leader among them: under 2 % errors".
+
+    .venv/bin/python benchmarks/bench_lose_servers.py                      # the full set (~40 min)
+    .venv/bin/python benchmarks/bench_lose_servers.py --only sweep         # one part of it
+    .venv/bin/python benchmarks/bench_lose_servers.py --mode kill --load 0.5 --seconds 60
+
+Seven servers on loopback, each one etcd member and one partition worker; 64 partitions; a load
+generator puts requests into a PostgreSQL queue at a fixed rate; the partition's owner must
+process each within 2 s, fenced by the partition's token; each worker can do 10 a second. After
+a warm-up, 3 servers fail at once — the etcd leader's among them — killed (SIGKILL) or cut off
+(every link dropped), and come back later. See `tenure.testing.drill` for what is measured.
+
+The full set:
+
+- ``main``: 5-minute runs at 50 % load, killed and cut off (two failures of 60 s each);
+- ``short``: the same as 60 s runs (one failure of 20 s);
+- ``sweep``: 60 s runs at 30, 50, 60 and 70 % load, killed and cut off;
+- ``majority``: 5 members losing 3 — no quorum: tenure must fail closed, and recover alone.
+
+It prints a table, writes every run's JSON to ``--out`` (default ``benchmarks/results/``) and
+draws the timeline of the first ``main`` run (``--picture``; needs matplotlib, from the
+``bench`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from tenure.testing.drill import Drill, DrillConfig, DrillResult
+
+HERE = Path(__file__).parent
+
+PLANS: dict[str, list[DrillConfig]] = {
+    "main": [
+        DrillConfig(mode="kill", load=0.5, seconds=300, events=2),
+        DrillConfig(mode="cut", load=0.5, seconds=300, events=2),
+    ],
+    "short": [DrillConfig(mode=m, load=0.5, seconds=60) for m in ("kill", "cut")],
+    "sweep": [
+        DrillConfig(mode=m, load=load, seconds=60)
+        for m in ("kill", "cut")
+        for load in (0.3, 0.5, 0.6, 0.7)
+    ],
+    "majority": [DrillConfig(servers=5, mode=m, load=0.5, seconds=60) for m in ("kill", "cut")],
+}
+
+
+def ms(pair: object) -> str:
+    return "—" if not isinstance(pair, (list, tuple)) else f"{pair[0]:.0f} / {pair[1]:.0f}"
+
+
+def seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}"
+
+
+def table(results: list[DrillResult]) -> str:
+    head = (
+        "| servers | lose | how | load | run | requests | errors | per event | owned again s"
+        " | etcd leader s | p50/p99 ms before | during | after | owned twice | stale accepted"
+        " (refused) |"
+    )
+    lines = [head, "|" + "---|" * 15]
+    for r in results:
+        c = r.config
+        lines.append(
+            f"| {c.servers} | {c.lose} | {c.mode} | {c.load:.0%} | {c.seconds:.0f} s"
+            f" | {r.requests} | {r.errors} ({r.error_rate:.2%})"
+            f" | {', '.join(str(e.errors) for e in r.events)}"
+            f" | {', '.join(seconds(e.owned_again) for e in r.events)}"
+            f" | {', '.join(seconds(e.leader_again) for e in r.events)}"
+            f" | {ms(r.latency_ms['before'])} | {ms(r.latency_ms['during'])}"
+            f" | {ms(r.latency_ms['after'])} | {r.owned_twice}"
+            f" | {r.stale_accepted} ({r.stale_refused}) |"
+        )
+    return "\n".join(lines)
+
+
+def picture(result: DrillResult, path: Path) -> None:
+    """Requests a second (offered, in time), errors and ownership moves, the failures shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [row["t"] for row in result.timeline]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5), sharex=True, height_ratios=[3, 1])
+    top.plot(t, [row["offered"] for row in result.timeline], label="offered", color="0.6")
+    top.plot(t, [row["ok"] for row in result.timeline], label="processed in time", color="C2")
+    top.plot(t, [row["errors"] for row in result.timeline], label="errors", color="C3")
+    bottom.bar(t, [row["moves"] for row in result.timeline], color="C0", width=1.0)
+    for event in result.events:
+        for axis in (top, bottom):
+            axis.axvspan(event.failed_at, event.restored_at, color="C3", alpha=0.08)
+    c = result.config
+    top.set_title(
+        f"{c.lose} of {c.servers} servers {'killed' if c.mode == 'kill' else 'cut off'}"
+        f" (the etcd leader's among them), {c.load:.0%} load: {result.error_rate:.2%} errors"
+    )
+    top.set_ylabel("requests / s")
+    top.legend(loc="lower left")
+    bottom.set_ylabel("grants / s")
+    bottom.set_xlabel("seconds (shaded: servers down)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=sorted(PLANS), action="append")
+    parser.add_argument("--mode", choices=("kill", "cut"), help="one run of your own")
+    parser.add_argument("--load", type=float, default=0.5)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--events", type=int, default=1)
+    parser.add_argument("--servers", type=int, default=7)
+    parser.add_argument("--lose", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--picture", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.mode:
+        plan = [
+            DrillConfig(
+                servers=args.servers, lose=args.lose, mode=args.mode, load=args.load,
+                seconds=args.seconds, events=args.events,
+            )
+        ]  # fmt: skip
+    else:
+        plan = [c for name in args.only or list(PLANS) for c in PLANS[name]]
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n, config in enumerate(plan):
+        c = config
+        name = f"{c.servers}-lose{c.lose}-{c.mode}-{c.load:.0%}-{c.seconds:.0f}s"
+        print(f"[{n + 1}/{len(plan)}] {name} …", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(prefix="tenure-drill-") as root:
+            result = Drill(replace(config), Path(root)).run()
+        results.append(result)
+        (args.out / f"{name.replace('%', 'pct')}.json").write_text(result.to_json())
+        print(table([result]).splitlines()[-1], file=sys.stderr, flush=True)
+        if args.picture is not None and config.seconds >= 300 and n == 0:
+            picture(result, args.picture)
+    print(table(results))
+    for r in results:
+        for finding in r.findings:
+            print(f"FINDING ({r.config.mode}, {r.config.load:.0%}): {finding}")
+    return 1 if any(r.owned_twice or r.stale_accepted for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

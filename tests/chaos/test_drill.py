@@ -1,0 +1,42 @@
+"""The lose-servers drill, short: 7 servers (an etcd member and a partition worker each), 3 of
+them — the etcd leader's among them — killed or cut off for 10 s of a 30 s run at half the
+group's capacity. Safety is asserted (no item owned twice, no stale write accepted, every
+partition owned again before the servers return, etcd led again); the error rate is a figure
+of the benchmark (`benchmarks/bench_lose_servers.py`), not asserted here. That the failure
+happened at all is: requests failed while it lasted.
+
+The checkers are the chaos ones (their positive controls: tests/unit/test_chaos_checkers.py);
+the drill's own reading of its queue's log is shown to catch a stale write below.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tenure.testing.drill import Drill, DrillConfig, stale_writes
+
+pytestmark = pytest.mark.timeout(400)
+
+
+@pytest.mark.parametrize("mode", ["kill", "cut"])
+def test_losing_three_of_seven_stays_safe_and_recovers(tmp_path: Path, mode: str) -> None:
+    config = DrillConfig(mode=mode, load=0.5, seconds=30, events=1)
+    result = Drill(config, tmp_path).run()
+    assert result.findings == []
+    assert result.owned_twice == 0 and result.stale_accepted == 0
+    assert result.requests >= 0.9 * config.rate * config.seconds  # the load was offered
+    [event] = result.events
+    assert len(event.servers) == 3 and event.leader in event.servers
+    assert event.errors > 0, "the failure cost nothing: did it happen?"
+    assert event.owned_again is not None, "a partition stayed ownerless until the restore"
+    assert event.leader_again is not None, "etcd had no leader among the survivors"
+    assert result.latency_ms["after"] is not None  # requests were processed after the restore
+
+
+def test_the_queue_log_check_catches_a_stale_write() -> None:
+    good = [(1, "p01", 4, 0), (2, "p02", 9, 1), (3, "p01", 5, 2), (4, "p01", 5, 2)]
+    assert stale_writes(good) == []
+    [finding] = stale_writes([*good, (5, "p01", 4, 0)])  # token 4 after 5 was accepted
+    assert "p01" in finding.message and "token 4" in finding.message
