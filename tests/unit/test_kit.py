@@ -82,3 +82,15 @@ def test_patience_and_backoff_stay_in_bounds() -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_an_etcd_client_passes_over_members_that_failed_lately() -> None:
+    from tenure.stores.etcd.gateway import SHUNNED, next_member
+
+    now = 100.0
+    assert next_member(0, {0: now}, now, 3) == 1
+    assert next_member(0, {0: now, 1: now - 1}, now, 3) == 2  # 1 failed a second ago
+    assert next_member(2, {2: now, 0: now - 1}, now, 3) == 1  # round the list
+    assert next_member(0, {0: now, 1: now - SHUNNED - 1}, now, 3) == 1  # long enough ago
+    assert next_member(0, dict.fromkeys(range(3), now), now, 3) == 1  # all failed: the next
+    assert next_member(0, {0: now}, now, 1) == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -59,6 +60,20 @@ class EtcdError(Exception):
         self.code = code
 
 
+SHUNNED = 5.0
+"""Seconds a member that failed is passed over while another has not failed that long."""
+
+
+def next_member(failed: int, failed_at: dict[int, float], now: float, count: int) -> int:
+    """The member after ``failed`` (in order, round the list) that has not failed in the last
+    `SHUNNED` seconds; the very next one if every member has."""
+    for step in range(1, count + 1):
+        candidate = (failed + step) % count
+        if now - failed_at.get(candidate, -math.inf) > SHUNNED:
+            return candidate
+    return (failed + 1) % count
+
+
 class Gateway:
     """An HTTP client for a list of etcd members (``host:port``), with fail-over."""
 
@@ -79,6 +94,7 @@ class Gateway:
         self.budget = budget
         """Seconds one call keeps trying (idempotent calls, through an election)."""
         self.current = 0
+        self._failed: dict[int, float] = {}  # member index → when it last failed
         self._tls = tls
         self._username = username
         self._password = password
@@ -110,9 +126,14 @@ class Gateway:
         return {"Authorization": self._token} if self._token else {}
 
     def _skip(self, index: int) -> None:
-        """That member failed: the next call goes to the next one (unless moved on already)."""
+        """That member failed: the next call goes to the next one that has not failed lately
+        (unless moved on already). A member cut off but still accepting connections costs a
+        whole time-out per try: without the memory, a hiccup of the member in use would send
+        every client round to it again, each of them past its lease's deadline."""
+        now = time.monotonic()
+        self._failed[index] = now
         if self.current == index:
-            self.current = (index + 1) % len(self.endpoints)
+            self.current = next_member(index, self._failed, now, len(self.endpoints))
 
     def _unavailable(self, what: str, problem: str) -> StoreUnavailable:
         return self.unavailable(f"{what}: {problem}")
