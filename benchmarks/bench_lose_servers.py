@@ -25,12 +25,13 @@ draws the timeline of the first ``main`` run (``--picture``; needs matplotlib, f
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from tenure.testing.drill import Drill, DrillConfig, DrillResult
+from tenure.testing.drill import Drill, DrillConfig, DrillResult, EventResult
 
 HERE = Path(__file__).parent
 
@@ -84,6 +85,7 @@ def picture(result: DrillResult, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a small file
     import matplotlib.pyplot as plt
 
     t = [row["t"] for row in result.timeline]
@@ -105,8 +107,18 @@ def picture(result: DrillResult, path: Path) -> None:
     bottom.set_ylabel("grants / s")
     bottom.set_xlabel("seconds (shaded: servers down)")
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def load(path: Path) -> DrillResult:
+    """A run's result as `DrillResult.to_json` wrote it."""
+    data = json.loads(path.read_text())
+    data.pop("error_rate")
+    config = DrillConfig(**data.pop("config"))
+    events = [EventResult(**e) for e in data.pop("events")]
+    return DrillResult(config=config, events=events, **data)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lose", type=int, default=3)
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--picture", type=Path, default=None)
+    parser.add_argument("--skip", type=int, default=0, help="start at the plan's n+1-th run")
+    parser.add_argument("--draw", type=Path, help="only draw --picture from a run's JSON")
     args = parser.parse_args(argv)
+    if args.draw:
+        picture(load(args.draw), args.picture or args.draw.with_suffix(".svg"))
+        return 0
     if args.mode:
         plan = [
             DrillConfig(
@@ -133,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for n, config in enumerate(plan):
+        if n < args.skip:
+            continue
         c = config
         name = f"{c.servers}-lose{c.lose}-{c.mode}-{c.load:.0%}-{c.seconds:.0f}s"
         print(f"[{n + 1}/{len(plan)}] {name} …", file=sys.stderr, flush=True)

@@ -5,10 +5,10 @@ that processes the requests of the partitions it owns, from the shared queue in 
 --capacity 10 --deadline 2 --ttl 2 --history server-3.jsonl --ready server-3.ready``
 
 It takes the oldest pending request of an owned partition that is still within its deadline
-(older ones are errors already: working on them would only make newer ones late too), works
-on it for what is left of a 1/capacity-second slot, and marks it done in one transaction with
-the partition's fence (`tenure.fence.SQLFence`, resource = the partition) and the ``accepted``
-log the drill's stale-write check reads. Ownership goes into the history as the chaos worker's does
+(older ones are errors already: working on them would only make newer ones late too) — at
+most ``capacity`` a second — and marks it done in one transaction with the partition's fence
+(`tenure.fence.SQLFence`, resource = the partition) and the ``accepted`` log the drill's
+stale-write check reads. Ownership goes into the history as the chaos worker's does
 (`chaos.ownership`), each write with the lease's deadline, so the drill's item-overlap check
 reads it as the chaos checkers do. It runs until killed (SIGTERM: leaves the group first).
 """
@@ -62,7 +62,7 @@ class DrillWorker:
         self.rec = Recorder(args.history, self.name)
         self.own = Ownership(self.rec)
         self.conn: psycopg.Connection[Any] | None = None
-        self.free_at = 0.0  # when the last request's work slot ended (host monotonic)
+        self.free_at = 0.0  # when the next request may be taken up (host monotonic)
 
     def run(self) -> None:
         self.rec.record("start", "info")
@@ -112,8 +112,10 @@ class DrillWorker:
         """Take the oldest waiting request of ``owned``, work on it, and commit it as done
         under the partition's fence — all while its item is held, so the commit comes before
         the item can be let go."""
+        # Capacity: a request is taken up at most every 1/capacity seconds, whatever its own
+        # round trips cost (they are its work); waited out before anything is held.
+        time.sleep(max(0.0, self.free_at - time.monotonic()))
         conn = self.connection()
-        started = time.monotonic()
         try:
             with conn.cursor() as cur:
                 row = cur.execute(TAKE, (owned, self.args.deadline)).fetchone()
@@ -125,10 +127,7 @@ class DrillWorker:
                     if lease is None or not lease.remaining():
                         conn.rollback()  # given up since it was read: leave the request be
                         return False
-                    # The work: a slot of 1/capacity from when this request was taken up (or
-                    # the last slot's end), the queue's own round trips included.
-                    self.free_at = max(self.free_at, started) + 1 / self.args.capacity
-                    time.sleep(max(0.0, self.free_at - time.monotonic()))
+                    self.free_at = time.monotonic() + 1 / self.args.capacity
                     value = self.own.with_deadline(lease, {"item": item, "request": request})
                     self.rec.record("write", "invoke", token=lease.token, value=value)
                     try:

@@ -62,6 +62,8 @@ class EtcdError(Exception):
 
 SHUNNED = 5.0
 """Seconds a member that failed is passed over while another has not failed that long."""
+PROBE = 0.3
+"""Seconds the other members are given to answer when the one in use failed."""
 
 
 def next_member(failed: int, failed_at: dict[int, float], now: float, count: int) -> int:
@@ -95,6 +97,7 @@ class Gateway:
         """Seconds one call keeps trying (idempotent calls, through an election)."""
         self.current = 0
         self._failed: dict[int, float] = {}  # member index → when it last failed
+        self._probing: anyio.Lock | None = None
         self._tls = tls
         self._username = username
         self._password = password
@@ -134,6 +137,50 @@ class Gateway:
         self._failed[index] = now
         if self.current == index:
             self.current = next_member(index, self._failed, now, len(self.endpoints))
+
+    async def _move_on(self, index: int) -> None:
+        """That member failed: move to one that answers now. The others are asked for their
+        status at once, for `PROBE` seconds, and the first to answer with a leader is used
+        (a member cut off answers nothing: trying them in turn would cost a time-out each);
+        if none does, the next one that has not failed lately (`_skip`). One probe at a time:
+        calls that failed meanwhile take its choice."""
+        if self.current != index or len(self.endpoints) < 2:
+            self._skip(index)
+            return
+        if self._probing is None:
+            self._probing = anyio.Lock()
+        async with self._probing:
+            if self.current != index:
+                return  # moved on meanwhile
+            found = await self._answering(avoid=index)
+            self._skip(index)
+            if found is not None:
+                self.current = found
+
+    async def _answering(self, avoid: int) -> int | None:
+        """The first member but ``avoid`` to answer a status request with a leader."""
+        import httpx
+
+        wait = httpx.Timeout(PROBE, connect=PROBE)
+        first: list[int] = []
+
+        async def ask(index: int, done: anyio.CancelScope) -> None:
+            with contextlib.suppress(httpx.HTTPError, ssl.SSLError, ValueError):
+                url = f"{self._base(index)}/v3/maintenance/status"
+                response = await self._http.post(
+                    url, json={}, timeout=wait, headers=self._headers()
+                )
+                answer = _decode(response)
+                if response.status_code == 200 and answer and str(answer.get("leader", "0")) != "0":
+                    first.append(index)
+                    done.cancel()
+
+        with anyio.move_on_after(PROBE * 2):
+            async with anyio.create_task_group() as tg:
+                for index in range(len(self.endpoints)):
+                    if index != avoid:
+                        tg.start_soon(ask, index, tg.cancel_scope)
+        return first[0] if first else None
 
     def _unavailable(self, what: str, problem: str) -> StoreUnavailable:
         return self.unavailable(f"{what}: {problem}")
@@ -214,7 +261,7 @@ class Gateway:
                         raise EtcdError(code, problem)
                     if not retry and "no leader" not in problem:
                         raise self._unavailable(path, f"{problem} (outcome unknown)")
-            self._skip(index)
+            await self._move_on(index)
             failures += 1
             if refused >= 2 * len(self.endpoints) or time.monotonic() > give_up:
                 raise self._unavailable(path, problem)
