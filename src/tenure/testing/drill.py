@@ -271,8 +271,8 @@ class Drill:
         others = [i for i in range(self.config.servers) if i != leader]
         servers = sorted([leader, *self.rng.sample(others, self.config.lose - 1)])
         result = EventResult(self.now(), 0.0, servers, leader)
-        self.down = frozenset(servers)
         self.leaders.append((self.now(), None))  # the observer looks until a survivor leads
+        self.down = frozenset(servers)  # (after: the observer reads `leaders` once this is set)
         if self.config.mode == "kill":
             for i in servers:
                 self.workers[i].kill()
@@ -354,14 +354,10 @@ class Drill:
         overlap = check_item_overlap(history)
         stale = stale_writes(log)
         refused = sum(1 for e in history if e.f == "write" and e.type == "fail")
-        for event in events:
-            window = [
-                t for t, _ in requests if event.failed_at <= t < event.restored_at + c.ttl * 2
-            ]
-            event.requests = len(window)
-            event.errors = sum(
-                1 for t in late if event.failed_at <= t < event.restored_at + c.ttl * 2
-            )
+        for event in events:  # a failure's requests: from it until 2 TTLs after the restore
+            until = event.restored_at + c.ttl * 2
+            event.requests = sum(1 for t, _ in requests if event.failed_at <= t < until)
+            event.errors = sum(1 for t in late if event.failed_at <= t < until)
             event.leader_again = next(
                 (
                     t - event.failed_at
