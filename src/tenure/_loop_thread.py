@@ -83,12 +83,20 @@ class LoopThread:
         ``on_late`` (so a lock granted just as the interrupt came is not left held), then the
         interrupt goes on. A task cancelled by `close` raises ``TenureError``."""
         scopes: list[anyio.CancelScope] = []
+        stop: list[bool] = []  # set by `cancel`; both run on the loop, so no race between them
 
         async def run() -> T | None:
             with anyio.CancelScope() as scope:
                 scopes.append(scope)
+                if stop:  # interrupted before the task began: cancelled from its start
+                    scope.cancel()
                 return await func(*args, **kwargs)
             return None
+
+        def cancel() -> None:
+            stop.append(True)
+            for scope in scopes:
+                scope.cancel()
 
         if not self.alive:
             raise TenureError("the client is closed")
@@ -98,7 +106,7 @@ class LoopThread:
         except BaseException:
             if future.done():
                 raise  # the task's own error
-            self._loop.call_soon_threadsafe(_cancel, scopes)
+            self._loop.call_soon_threadsafe(cancel)
             late = future.result()
             if late is not None and on_late is not None:
                 on_late(late)
@@ -137,8 +145,3 @@ class LoopThread:
             with contextlib.suppress(RuntimeError):  # the loop is already gone
                 self._loop.call_soon_threadsafe(self._requests.close)
             self._thread.join()
-
-
-def _cancel(scopes: list[anyio.CancelScope]) -> None:
-    for scope in scopes:
-        scope.cancel()
