@@ -3,9 +3,11 @@ member owns each item now — or the map again each time it changes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterable
+import signal
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -140,8 +142,22 @@ async def _show(group: str, store: str | None, watch: bool, show: Callable[[Map]
         now = read_map(group, await client.locks(prefix=group_prefix(group)))
         click.echo(show(now))
         if watch:
-            await _follow(client, now, show)
-    return EXIT_OK if now["members"] or watch else EXIT_NOT_HELD
+            with anyio.CancelScope() as scope, _on_interrupt(scope.cancel):
+                await _follow(client, now, show)  # until Ctrl-C cancels it
+            return EXIT_SIGNAL_BASE + 2  # as tenure leader --watch ends on Ctrl-C
+    return EXIT_OK if now["members"] else EXIT_NOT_HELD
+
+
+@contextlib.contextmanager
+def _on_interrupt(stop: Callable[[], object]) -> Iterator[None]:
+    """Ctrl-C calls ``stop`` on the loop, instead of asyncio's cancelling the main task: that
+    cancel could meet one of anyio's own (a read's time-out) and be taken for it."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
