@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,11 @@ from tenure.testing.postgres_server import PG_BIN, PostgresServer
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py),
 # found by name: a new store's plugin needs no line here.
 pytest_plugins = sorted(path.stem for path in Path(__file__).parent.glob("plugin_*.py"))
+
+# A suite started in the background (`cmd &` in a script) inherits SIGINT ignored, and so would
+# every command it starts: the tests that press Ctrl-C on a command need it deliverable.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
