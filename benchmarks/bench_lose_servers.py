@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=0, help="start at the plan's n+1-th run")
     parser.add_argument("--draw", type=Path, help="only draw --picture from a run's JSON")
     args = parser.parse_args(argv)
+    if not 0 < args.load <= 1 or not 0 < args.lose < args.servers or args.seconds <= 0:
+        parser.error("need 0 < --load <= 1, 0 < --lose < --servers and --seconds > 0")
     if args.draw:
         picture(load(args.draw), args.picture or args.draw.with_suffix(".svg"))
         return 0

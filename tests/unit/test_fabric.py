@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import os
 import socket
-import socketserver
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from tenure.testing.fabric import Fabric
-
-
-class _Echo(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        while data := self.request.recv(4096):
-            self.request.sendall(data)
-
-
-@pytest.fixture
-def echo_port() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture
@@ -50,9 +32,9 @@ def dial(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=2)
 
 
-def test_a_cut_server_is_neither_reached_nor_reaching(fabric: Fabric, echo_port: int) -> None:
+def test_a_cut_server_is_neither_reached_nor_reaching(fabric: Fabric, sync_echo: int) -> None:
     fabric.claim(1, os.getpid())  # this test's connections come from server 1
-    to_two, to_outside = fabric.front(2, echo_port), fabric.front(None, echo_port)
+    to_two, to_outside = fabric.front(2, sync_echo), fabric.front(None, sync_echo)
     with dial(to_two) as a, dial(to_outside) as b:
         assert answers(a) and answers(b)
         fabric.cut(2)
@@ -70,8 +52,8 @@ def test_a_cut_server_is_neither_reached_nor_reaching(fabric: Fabric, echo_port:
         assert not answers(b)
 
 
-def test_a_servers_own_links_pass_and_strangers_are_outside(fabric: Fabric, echo_port: int) -> None:
-    to_one = fabric.front(1, echo_port)
+def test_a_servers_own_links_pass_and_strangers_are_outside(fabric: Fabric, sync_echo: int) -> None:
+    to_one = fabric.front(1, sync_echo)
     with dial(to_one) as stranger:
         fabric.claim(1, os.getpid())  # claimed after it connected: placed again at the cut
         fabric.cut(1)
@@ -79,7 +61,7 @@ def test_a_servers_own_links_pass_and_strangers_are_outside(fabric: Fabric, echo
     fabric.heal()
     other = Fabric().start_in_thread()
     try:
-        with dial(other.front(2, echo_port)) as outside:
+        with dial(other.front(2, sync_echo)) as outside:
             other.cut(3)
             assert answers(outside)  # neither end is cut
             other.cut(2)

@@ -4,10 +4,8 @@ through a blackholed link to PostgreSQL."""
 from __future__ import annotations
 
 import socket
-import socketserver
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from uuid import uuid4
 
@@ -187,25 +185,6 @@ async def test_unknown_mode_is_rejected() -> None:
     with pytest.raises(ValueError):
         proxy.delay(-1)
     assert proxy.mode == "pass"
-
-
-class _SyncEcho(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        while data := self.request.recv(4096):
-            self.request.sendall(data)
-
-
-@pytest.fixture
-def sync_echo() -> Iterator[int]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _SyncEcho)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_threaded_handle_from_sync_code(sync_echo: int) -> None:
