@@ -185,7 +185,9 @@ async def test_a_hold_back_outlives_its_session_by_the_lock_delay(
         token = await grant(store, session, "hb")
         for _ in range(2):  # after the grant, then after a renewal
             session_left = pttl("s", session.id)  # read first: the difference can only shrink
-            assert 2_900 < pttl("h", "hb") - session_left <= 3_000
+            # Redis samples its clock per script or event-loop pass, not per read: two PTTLs can
+            # disagree by a millisecond of sampling (seen in CI: 3_001), never by the lock delay.
+            assert 2_900 < pttl("h", "hb") - session_left <= 3_002
             assert redis_server.command("GET", f"{store.prefix}:h:hb") == str(token)
             assert await store.held_back() == []  # held, not held back
             assert await store.keep_alive(session)
