@@ -19,6 +19,8 @@ from typing import TypeVar
 class ServerProcess:
     proc: subprocess.Popen[bytes] | None = None
     paused = False
+    group: int | None = None
+    """The group id to run as, if set (root only): a `fabric.Fabric` server's."""
 
     @property
     def running(self) -> bool:
@@ -33,6 +35,8 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                group=self.group,
+                extra_groups=None if self.group is None else [],
             )
         self.paused = False
 

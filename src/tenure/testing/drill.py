@@ -10,9 +10,10 @@ worker processes at most ``capacity`` requests a second; the offered load is a f
 whole group's capacity.
 
 After a warm-up, ``lose`` servers fail at once, the etcd leader's among them: ``kill`` (SIGKILL
-of their etcd member and worker; both started again at the restore) or ``cut`` (every link to
-or from them dropped by `fabric.Fabric`; healed at the restore). The group has no leader of
-its own to kill: every member computes the assignment itself.
+of their etcd member and worker; both started again at the restore) or ``cut`` (every packet
+to or from them dropped by the kernel's packet filter, `fabric.Fabric`, which needs root;
+healed at the restore). The group has no leader of its own to kill: every member computes the
+assignment itself.
 
 What it measures: the error rate; the errors per event; the time until every partition is owned
 again and until etcd has a leader again; p50/p99 latency before, during and after the events;
@@ -44,7 +45,7 @@ from .chaos.checkers import check_item_overlap, check_stale_item_writes, item_wi
 from .chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
 from .chaos.resource import PARTITION
 from .drill_worker import FENCE, GROUP, member_id, partitions
-from .etcd_cluster import EtcdCluster, EtcdMember
+from .etcd_cluster import EtcdCluster
 from .fabric import Fabric
 from .postgres_server import PostgresServer
 
@@ -146,7 +147,8 @@ class Drill:
             with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
                 conn.execute(SCHEMA)
                 FENCE.ensure_table(conn)
-            self.fabric = stack.enter_context(Fabric())
+            cut = self.config.mode == "cut"
+            self.fabric = stack.enter_context(Fabric(self.config.servers)) if cut else None
             shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
             self.cluster = EtcdCluster(
                 self.config.servers,
@@ -156,26 +158,19 @@ class Drill:
                 election_ms=1000,
             )  # fmt: skip  (etcd's own defaults: half the heartbeats of the test clusters)
             stack.callback(self.cluster.close)
-            cut = self.config.mode == "cut"
             members = list(self.cluster.members)
-            if cut:  # peers find each other through the fabric; the kernel tells who dialled
+            if self.fabric is not None:  # before they start: every connection is marked
                 for i, member in enumerate(members):
-                    member.peer_front = self.fabric.front(i, member.peer_port)
+                    self.fabric.serve(i, member.client_port, member.peer_port)
+                    member.group = self.fabric.group(i)
             self.cluster.start()
             if self.cluster.members != members:
                 raise RuntimeError("etcd moved to other ports at start; run the drill again")
-            for i, member in enumerate(members):
-                self.claim(i, member)
-            self.store_urls, self.dsns = [], []
-            for w in range(self.config.servers):  # each worker its own fronts: known source
-                ports = [
-                    self.fabric.front(j, m.client_port, source=w) if cut else m.client_port
-                    for j, m in enumerate(members)
-                ]
-                ports = ports[w:] + ports[:w]  # its own server's member first
-                self.store_urls.append("etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports))
-                pg = self.fabric.front(None, self.pg.port or 0, source=w) if cut else self.pg.port
-                self.dsns.append(self.pg.dsn.replace(f":{self.pg.port}/", f":{pg}/"))
+            ports = [m.client_port for m in members]
+            self.store_urls = [  # each worker its own server's member first
+                "etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports[w:] + ports[:w])
+                for w in range(self.config.servers)
+            ]
             stack.callback(self.stop_workers)
             for i in range(self.config.servers):
                 self.start_worker(i)
@@ -183,25 +178,24 @@ class Drill:
             self.wait_settled()
             return self.drive()
 
-    def claim(self, server: int, member: EtcdMember) -> None:
-        assert member.proc is not None
-        self.fabric.claim(server, member.proc.pid)
-
     def start_worker(self, server: int) -> None:
         c = self.config
         ready = self.root / f"{member_id(server)}.ready"
         ready.unlink(missing_ok=True)
         argv = [
             sys.executable, "-m", "tenure.testing.drill_worker", f"--server={server}",
-            f"--store={self.store_urls[server]}", f"--dsn={self.dsns[server]}",
+            f"--store={self.store_urls[server]}", f"--dsn={self.pg.dsn}",
             f"--partitions={c.partitions}", f"--capacity={c.capacity}",
             f"--deadline={c.deadline}", f"--ttl={c.ttl}",
             *([] if c.lock_delay is None else [f"--lock-delay={c.lock_delay}"]),
             f"--history={self.root / member_id(server)}.jsonl", f"--ready={ready}",
         ]  # fmt: skip
         with open(self.root / f"{member_id(server)}.log", "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        self.fabric.claim(server, proc.pid)
+            group = None if self.fabric is None else self.fabric.group(server)
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT,
+                group=group, extra_groups=None if group is None else [],
+            )  # fmt: skip
         self.workers[server] = proc
 
     def stop_workers(self) -> None:
@@ -280,6 +274,7 @@ class Drill:
             for i in servers:
                 self.workers[i].wait()
         else:
+            assert self.fabric is not None
             self.fabric.cut(*servers)
         # After the fact: a killed worker's windows end here (cut ones end by their deadlines).
         target = {"target": [member_id(i) for i in servers]}
@@ -292,10 +287,10 @@ class Drill:
         if self.config.mode == "kill":
             for i in event.servers:
                 self.cluster.members[i].launch()
-                self.claim(i, self.cluster.members[i])
             for i in event.servers:
                 self.start_worker(i)
         else:
+            assert self.fabric is not None
             self.fabric.heal(*event.servers)
         self.down = frozenset()
 

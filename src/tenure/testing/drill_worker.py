@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 import tenure
 from tenure.fence import SQLFence
@@ -37,6 +38,11 @@ IDLE = 0.05
 """Seconds between looks at the queue while nothing waits: ≤ 50 ms added to a request
 that comes to an idle worker, and 20 queries a second instead of a hundred."""
 PG_OPTIONS = "-c idle_in_transaction_session_timeout=1000 -c lock_timeout=1000"
+PG_LINK = {"connect_timeout": 2, "tcp_user_timeout": 1000, "keepalives_idle": 1,
+           "keepalives_interval": 1, "keepalives_count": 2}  # fmt: skip
+"""A query sent into a blackhole fails within a second (``tcp_user_timeout``), and so does an
+answer that never comes (keep-alives), instead of waiting out TCP's back-off after a cut heals:
+the worker is stuck in one query meanwhile, every partition it owns with it."""
 FENCE = SQLFence("drill_fence")
 TAKE = """
     SELECT id, partition FROM requests
@@ -89,7 +95,7 @@ class DrillWorker:
         if self.conn is None or self.conn.closed:
             # A worker cut off mid-transaction holds its partition's fence row: the server ends
             # such a transaction after a second idle, and nobody waits for a row lock longer.
-            self.conn = psycopg.connect(self.args.dsn, connect_timeout=2, options=PG_OPTIONS)
+            self.conn = psycopg.connect(make_conninfo(self.args.dsn, options=PG_OPTIONS, **PG_LINK))
         return self.conn
 
     def step(self) -> bool:

@@ -53,9 +53,6 @@ class EtcdMember(ServerProcess):
         self.name = f"m{index}"
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.peer_front: int | None = None
-        """Where peers reach this member instead of ``peer_port`` (a proxy's port), if set
-        before the cluster starts: its advertised peer URL (`tenure.testing.fabric`)."""
 
     @property
     def client_url(self) -> str:
@@ -65,11 +62,6 @@ class EtcdMember(ServerProcess):
     @property
     def peer_url(self) -> str:
         return f"http://{HOST}:{self.peer_port}"
-
-    @property
-    def advertised_peer_url(self) -> str:
-        port = self.peer_front if self.peer_front is not None else self.peer_port
-        return f"http://{HOST}:{port}"
 
     @property
     def endpoint(self) -> str:
@@ -91,7 +83,7 @@ class EtcdMember(ServerProcess):
             f"--listen-client-urls={self.client_url}",
             f"--advertise-client-urls={self.client_url}",
             f"--listen-peer-urls={self.peer_url}",
-            f"--initial-advertise-peer-urls={self.advertised_peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
             f"--initial-cluster={self.cluster.initial_cluster}",
             "--initial-cluster-state=new",
             f"--initial-cluster-token={self.cluster.token}",
@@ -236,7 +228,7 @@ class EtcdCluster(ServerGroup):
 
     @property
     def initial_cluster(self) -> str:
-        return ",".join(f"{m.name}={m.advertised_peer_url}" for m in self.members)
+        return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     @property
     def endpoints(self) -> list[str]:

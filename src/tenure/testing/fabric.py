@@ -1,171 +1,140 @@
-"""Servers on one machine's loopback that can be cut off from each other, without root: a
-correlated failure ("these three machines fell off the network") for a drill on one host.
+"""Servers on one machine's loopback that can be cut off from each other: a correlated failure
+("these three machines fell off the network") for a drill on one host, made by the kernel's
+packet filter, so that nothing stands in the traffic's way while nothing is cut.
 
-A *server* is a number; the processes it runs are *claimed* by pid; each port a server serves
-(an etcd member's client and peer ports, a worker's nothing) is *fronted* by a proxy on a free
-127.0.0.1 port, and everyone is pointed at the fronts. On each connection a front asks the
-kernel which process opened it (``/proc/net/tcp`` and the claimed processes' descriptors; or a
-front made for one source server only says it), so a link is known by both ends: from the
-server that opened it (or from outside, for a process nobody claimed) to the server behind the
-front (or to a shared service outside every server).
+A *server* is a number. Its processes run with a group id of its own (`group`: pass it to
+``subprocess.Popen(group=...)``), and the ports it listens on are declared (`serve`). A
+nftables table of this fabric's own marks each new loopback connection (conntrack) with the
+server whose process opened it and the server whose port it dials; a process of no server and
+a port of no server are *outside* (a shared service, the load generator).
 
-``cut(*servers)`` drops every byte, both ways, of every link that touches a cut server and
-joins two different places — current links and new ones (a partition that looks alive: TCP
-connects, nothing answers). A server's own processes still reach each other. ``heal`` lets
-bytes flow again and resets the links that were cut, whose streams lost bytes for good, as a
-long partition's TCP time-outs would end them.
+``cut(*servers)`` drops every packet, both ways, of every connection that touches a cut server
+and joins two different places — current connections and new ones: a blackhole, where a
+connect times out and a connection that was open hears nothing. A server's own processes still
+reach each other. ``heal`` drops nothing more: TCP retransmits what was lost and the
+connections carry on, as after a real partition shorter than their time-outs.
+
+It needs root (a process's group id, the packet filter) and the ``nft`` command (Debian's
+nftables); `unavailable` says what is missing. Only 127.0.0.1 on the loopback device is
+touched, only connections this fabric marked are dropped, and the table goes with `close`
+(a table left by a process that died is removed by the next fabric).
 
 Example::
 
-    fabric = Fabric().start_in_thread()
-    peer_front = fabric.front(server=2, port=member.peer_port)  # advertise this port
-    fabric.claim(2, member.pid)
-    fabric.cut(2)  # member 2 can neither reach nor be reached
-    fabric.heal(2)
+    with Fabric(servers=3) as fabric:
+        fabric.serve(2, member.client_port, member.peer_port)
+        member.group = fabric.group(2)  # before it starts: its connections come from server 2
+        fabric.cut(2)  # server 2 can neither reach nor be reached
+        fabric.heal(2)
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import struct
-from contextlib import suppress
-from pathlib import Path
+import re
+import shutil
+import subprocess
 
-import anyio
-from anyio.abc import SocketAttribute, SocketStream
-
-from .._loop_thread import LoopThread
-from .proxy import ChaosProxy, _Link
-
-OUTSIDE = None
-"""The place of a process no server claimed, and of a service outside every server."""
-_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _NLMSG_ERROR = 4, 20, 2
-_NO_COOKIE, _ALL_STATES = 0xFFFFFFFF, 0xFFFFFFFF
-_INODE_AT = 4 + 48 + 16  # inet_diag_msg: family…retrans, the socket id, expires…uid, inode
-LOOKUP = "lookup"
-"""A front's links come from whoever opened them, asked of the kernel for each one."""
+MAX_SERVERS = 12
+"""A connection's mark: bits 0–11 the opener's server, 12–23 the dialled server's, 24–31 the
+fabric's tag (fabrics side by side drop only what they marked)."""
+_DIALLED, _TAG = 12, 24
+TABLE = "tenure_fabric_"
+GROUP_BASE = 0x7E000000
+"""Group ids far above any a system assigns: the servers' processes run with these."""
 
 
-def socket_inode(local_port: int, remote_port: int) -> int | None:
-    """The inode of the IPv4 loopback socket ``127.0.0.1:local_port → 127.0.0.1:remote_port``,
-    asked of the kernel's socket diagnostics by that exact address (``/proc/net/tcp`` lists
-    every socket of the host: tens of milliseconds once thousands wait in TIME_WAIT)."""
-    loopback = socket.inet_aton("127.0.0.1") + bytes(12)
-    sockid = struct.pack("!HH", local_port, remote_port) + loopback + loopback
-    sockid += struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)
-    request = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0, _ALL_STATES)
-    request += sockid
-    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 1, 0)
-    try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
-            nl.settimeout(1)
-            nl.send(header + request)
-            answer = nl.recv(65536)
-    except OSError:
-        return None
-    if len(answer) < 16 + _INODE_AT + 4 or struct.unpack_from("=H", answer, 4)[0] == _NLMSG_ERROR:
-        return None
-    return int(struct.unpack_from("=I", answer, 16 + _INODE_AT)[0])
+def unavailable() -> str | None:
+    """Why a fabric cannot be made here, or None if it can."""
+    if os.geteuid() != 0:
+        return "cutting servers off needs root (the servers' group ids, the packet filter)"
+    if shutil.which("nft") is None:
+        return "cutting servers off needs the nft command (Debian: apt-get install nftables)"
+    return None
 
 
-def holds_socket(pid: int, inode: int) -> bool:
-    link = f"socket:[{inode}]"
-    with suppress(OSError):
-        for fd in os.scandir(f"/proc/{pid}/fd"):
-            with suppress(OSError):
-                if os.readlink(fd.path) == link:
-                    return True
-    return False
+def _nft(script: str) -> None:
+    done = subprocess.run(["nft", "-f", "-"], input=script, text=True, capture_output=True)
+    if done.returncode:
+        raise RuntimeError(f"nft: {done.stderr.strip().splitlines()[0] if done.stderr else '?'}")
 
 
-class _Front(ChaosProxy):
-    """One fronted port: judges each link by its two ends, as the fabric says."""
-
-    def __init__(self, fabric: Fabric, server: int | None, port: int, source: object) -> None:
-        super().__init__("127.0.0.1", port)
-        self.fabric = fabric
-        self.server = server
-        self.source = source
-
-    async def _source(self, client: SocketStream) -> object:
-        if self.source is not LOOKUP:
-            return self.source
-        port = client.extra(SocketAttribute.remote_port)
-        return await anyio.to_thread.run_sync(self.fabric.place_of, port, self.port)
-
-    def _drops(self, link: _Link, response: bool) -> bool:
-        if self.fabric.blocked(link.source, self.server):
-            link.cut = True
-            return True
-        return super()._drops(link, response)
-
-    def place_again(self) -> None:
-        for link in list(self._links):
-            if link.source is OUTSIDE and self.source is LOOKUP:
-                port = link.client.extra(SocketAttribute.remote_port)
-                link.source = self.fabric.place_of(port, self.port)
-
-    def reset_healed(self) -> None:
-        """Abort the links that were cut and are not now: their streams lost bytes for good."""
-        for link in list(self._links):
-            if link.cut and not self.fabric.blocked(link.source, self.server):
-                link.abort()
+def _reap_tables() -> None:
+    """Remove the tables of fabrics whose process is gone (killed before its `close`)."""
+    listed = subprocess.run(["nft", "list", "tables"], text=True, capture_output=True)
+    for pid in re.findall(rf"^table ip {TABLE}(\d+)$", listed.stdout, re.M):
+        if not os.path.exists(f"/proc/{pid}"):
+            _nft(f"delete table ip {TABLE}{pid}\n")
 
 
 class Fabric:
-    """The servers, their processes and fronts, and which servers are cut off now."""
+    """The servers, the ports they serve, and which of them are cut off now."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: int) -> None:
+        if not 0 < servers <= MAX_SERVERS:
+            raise ValueError(f"a fabric holds 1 to {MAX_SERVERS} servers, not {servers}")
+        reason = unavailable()
+        if reason is not None:
+            raise RuntimeError(reason)
+        self.servers = servers
         self.cut_off: frozenset[int] = frozenset()
-        self._pids: dict[int, int] = {}  # pid → server
-        self._fronts: list[_Front] = []
-        self._thread: LoopThread | None = None
+        self.tag = 1 + os.getpid() % 255
+        self.table = f"{TABLE}{os.getpid()}"
+        self._open = False
 
-    def start_in_thread(self) -> Fabric:
-        """Run the fronts on an event loop of their own, in a daemon thread."""
-        self._thread = LoopThread("fabric")
+    def open(self) -> Fabric:
+        """Make the table: from now on every new loopback connection is marked."""
+        _reap_tables()
+        lines = [
+            f"table ip {self.table} {{",
+            "  chain out {",
+            "    type filter hook output priority 0; policy accept;",
+            '    oifname "lo" ip daddr 127.0.0.1 ct state new jump mark_new',
+            '    oifname "lo" ip daddr 127.0.0.1 jump cuts',
+            "  }",
+            "  chain mark_new {",
+            *(
+                f"    meta skgid {self.group(s)} ct mark set ct mark or {self._bit(s, 0):#x}"
+                for s in range(self.servers)
+            ),
+            "  }",
+            "  chain cuts {",
+            "  }",
+            "}",
+        ]
+        _nft("\n".join(lines) + "\n")
+        self._open = True
         return self
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._thread.close()
-            self._thread = None
+        if self._open:
+            self._open = False
+            _nft(f"delete table ip {self.table}\n")
 
     def __enter__(self) -> Fabric:
-        return self.start_in_thread()
+        return self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def front(self, server: int | None, port: int, source: int | str | None = LOOKUP) -> int:
-        """Listen on a free loopback port, forwarding to ``port`` of ``server`` (``None``: a
-        service outside every server); returns the port to point clients at. ``source``: the
-        server every link of this front comes from, when only its processes use it (one front
-        per client and server: no question to the kernel per connection, which costs
-        milliseconds); by default each link's opener is looked up."""
-        assert self._thread is not None, "start_in_thread() first"
-        proxy = _Front(self, server, port, source)
-        self._thread.enter(proxy)
-        self._fronts.append(proxy)
-        return proxy.port
+    def _bit(self, server: int, field: int) -> int:
+        if not 0 <= server < self.servers:
+            raise ValueError(f"no server {server} in a fabric of {self.servers}")
+        return self.tag << _TAG | 1 << (field + server)
 
-    def claim(self, server: int, pid: int) -> None:
-        """Process ``pid`` runs on ``server``: the connections it opens come from there."""
-        self._pids[pid] = server
+    def group(self, server: int) -> int:
+        """The group id the processes of ``server`` run with (their connections are its)."""
+        self._bit(server, 0)
+        return GROUP_BASE + self.tag * MAX_SERVERS + server
 
-    def place_of(self, client_port: int, front_port: int) -> int | None:
-        """The server whose process opened the connection from ``client_port``, or OUTSIDE."""
-        inode = socket_inode(client_port, front_port)
-        if inode is not None:
-            for pid, server in list(self._pids.items()):
-                if Path(f"/proc/{pid}").exists() and holds_socket(pid, inode):
-                    return server
-        return OUTSIDE
-
-    def blocked(self, source: object, server: int | None) -> bool:
-        """Whether a link from ``source`` to ``server`` is cut now."""
-        return source != server and (source in self.cut_off or server in self.cut_off)
+    def serve(self, server: int, *ports: int) -> None:
+        """``server`` listens on ``ports``: a connection to one of them dials that server."""
+        mark = self._bit(server, _DIALLED)
+        for port in ports:
+            _nft(
+                f"add rule ip {self.table} mark_new tcp dport {port}"
+                f" ct mark set ct mark or {mark:#x}\n"
+            )
 
     def cut(self, *servers: int) -> None:
         self._switch(self.cut_off | set(servers))
@@ -175,12 +144,13 @@ class Fabric:
         self._switch(self.cut_off - set(servers) if servers else frozenset())
 
     def _switch(self, cut_off: frozenset[int]) -> None:
-        assert self._thread is not None, "start_in_thread() first"
-
-        def switch() -> None:
-            self.cut_off = cut_off
-            for front in self._fronts:
-                front.place_again()  # opened before its process was claimed
-                front.reset_healed()
-
-        self._thread.call_sync(switch)
+        """One atomic change of the table: a connection with exactly one end on a cut server
+        (the other elsewhere, or outside) is dropped."""
+        lines = [f"flush chain ip {self.table} cuts"]
+        for server in sorted(cut_off):
+            opened, dialled = self._bit(server, 0), self._bit(server, _DIALLED)
+            mask = 0xFF << _TAG | opened | dialled
+            rule = f"add rule ip {self.table} cuts ct mark and {mask:#x} =="
+            lines += [f"{rule} {opened:#x} drop", f"{rule} {dialled:#x} drop"]
+        _nft("\n".join(lines) + "\n")
+        self.cut_off = cut_off
