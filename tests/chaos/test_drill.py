@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from tenure.testing import fabric
 from tenure.testing.drill import Drill, DrillConfig, stale_writes
 
 pytestmark = pytest.mark.timeout(400)
+CUT = pytest.mark.skipif(fabric.unavailable() is not None, reason=str(fabric.unavailable()))
 
 
-@pytest.mark.parametrize("mode", ["kill", "cut"])
+@pytest.mark.parametrize("mode", ["kill", pytest.param("cut", marks=CUT)])
 def test_losing_three_of_seven_stays_safe_and_recovers(tmp_path: Path, mode: str) -> None:
     config = DrillConfig(mode=mode, load=0.5, seconds=30, events=1)
     result = Drill(config, tmp_path).run()

@@ -62,8 +62,6 @@ def _rst_on_close(stream: SocketStream) -> None:
 class _Link:
     client: SocketStream
     server: SocketStream
-    source: object = None  # who opened it, as `ChaosProxy._source` tells (None: not told)
-    cut: bool = False  # bytes of it were dropped by a subclass's judgement of this link
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
 
     def abort(self) -> None:
@@ -139,8 +137,7 @@ class ChaosProxy:
         async with listener:
             await listener.serve(self._handle)
 
-    def _drops(self, link: _Link, response: bool) -> bool:
-        """Whether this chunk of ``link`` is dropped (a subclass may judge each link apart)."""
+    def _drops(self, response: bool) -> bool:
         return self.mode in ("blackhole", "reset") or (response and self.mode == "lose_responses")
 
     async def _handle(self, client: SocketStream) -> None:
@@ -155,7 +152,7 @@ class ChaosProxy:
                 _rst_on_close(client)
                 return
             async with server:
-                link = _Link(client, server, source=await self._source(client))
+                link = _Link(client, server)
                 self._links.add(link)
                 try:
                     with link.scope:
@@ -164,10 +161,6 @@ class ChaosProxy:
                             tg.start_soon(self._pipe, link, server, client, True)
                 finally:
                     self._links.discard(link)
-
-    async def _source(self, client: SocketStream) -> object:
-        """Who opened the connection ``client`` (a subclass may tell; here: nobody)."""
-        return None
 
     async def _pipe(
         self, link: _Link, src: SocketStream, dst: SocketStream, response: bool
@@ -178,14 +171,14 @@ class ChaosProxy:
                 try:
                     data = await src.receive(CHUNK)
                 except anyio.EndOfStream:
-                    if not self._drops(link, response):
+                    if not self._drops(response):
                         await dst.send_eof()
                     return
                 if self.mode == "delay" and self.delay_seconds > 0:
                     await anyio.sleep(self.delay_seconds)
                 while self.mode == "hold":
                     await anyio.sleep(0.005)
-                if self._drops(link, response):
+                if self._drops(response):
                     continue
                 self.bytes_forwarded += len(data)
                 await dst.send(data)
