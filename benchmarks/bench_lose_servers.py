@@ -1,21 +1,24 @@
 """The drill "lose 3 of 7 servers, the store's leader among them: under 2 % errors".
 
     .venv/bin/python benchmarks/bench_lose_servers.py                      # the full set (~40 min)
+    .venv/bin/python benchmarks/bench_lose_servers.py --only zookeeper     # on ZooKeeper (~12 min)
     .venv/bin/python benchmarks/bench_lose_servers.py --only sweep         # one part of it
     .venv/bin/python benchmarks/bench_lose_servers.py --mode kill --load 0.5 --seconds 60
 
-Seven servers on loopback, each one etcd member and one partition worker; 64 partitions; a load
-generator puts requests into a PostgreSQL queue at a fixed rate; the partition's owner must
-process each within 2 s, fenced by the partition's token; each worker can do 10 a second. After
-a warm-up, 3 servers fail at once — the etcd leader's among them — killed (SIGKILL) or cut off
-(every link dropped), and come back later. See `tenure.testing.drill` for what is measured.
+Seven servers on loopback, each one etcd member (or ZooKeeper server) and one partition worker;
+64 partitions; a load generator puts requests into a PostgreSQL queue at a fixed rate; the
+partition's owner must process each within 2 s, fenced by the partition's token; each worker
+can do 10 a second. After a warm-up, 3 servers fail at once — the store's leader among them —
+killed (SIGKILL) or cut off (every packet dropped by the kernel: needs root and nft), and come
+back later. See `tenure.testing.drill` for what is measured.
 
 The full set:
 
 - ``main``: 5-minute runs at 50 % load, killed and cut off (two failures of 60 s each);
 - ``short``: the same as 60 s runs (one failure of 20 s);
 - ``sweep``: 60 s runs at 30, 50, 60 and 70 % load, killed and cut off;
-- ``majority``: 5 members losing 3 — no quorum: tenure must fail closed, and recover alone.
+- ``majority``: 5 members losing 3 — no quorum: tenure must fail closed, and recover alone;
+- ``zookeeper``: the ``main`` runs on a 7-server ZooKeeper ensemble (not part of the full set).
 
 It prints a table, writes every run's JSON to ``--out`` (default ``benchmarks/results/``) and
 draws the timeline of the first ``main`` run (``--picture``; needs matplotlib, from the
@@ -32,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tenure.testing.drill import Drill, DrillConfig, DrillResult, EventResult
+from tenure.testing.drill_cluster import STORES
 
 HERE = Path(__file__).parent
 
@@ -48,6 +52,12 @@ PLANS: dict[str, list[DrillConfig]] = {
     ],
     "majority": [DrillConfig(servers=5, mode=m, load=0.5, seconds=60) for m in ("kill", "cut")],
 }
+ON_REQUEST = {
+    "zookeeper": [
+        DrillConfig(store="zookeeper", mode=m, load=0.5, seconds=300, events=2)
+        for m in ("kill", "cut")
+    ],
+}
 
 
 def ms(pair: object) -> str:
@@ -60,15 +70,15 @@ def seconds(value: float | None) -> str:
 
 def table(results: list[DrillResult]) -> str:
     head = (
-        "| servers | lose | how | load | run | requests | errors | per event | owned again s"
-        " | etcd leader s | p50/p99 ms before | during | after | owned twice | stale accepted"
-        " (refused) |"
+        "| store | servers | lose | how | load | run | requests | errors | per event"
+        " | owned again s | leader s | p50/p99 ms before | during | after | owned twice"
+        " | stale accepted (refused) |"
     )
-    lines = [head, "|" + "---|" * 15]
+    lines = [head, "|" + "---|" * 16]
     for r in results:
         c = r.config
         lines.append(
-            f"| {c.servers} | {c.lose} | {c.mode} | {c.load:.0%} | {c.seconds:.0f} s"
+            f"| {c.store} | {c.servers} | {c.lose} | {c.mode} | {c.load:.0%} | {c.seconds:.0f} s"
             f" | {r.requests} | {r.errors} ({r.error_rate:.2%})"
             f" | {', '.join(str(e.errors) for e in r.events)}"
             f" | {', '.join(seconds(e.owned_again) for e in r.events)}"
@@ -100,7 +110,7 @@ def picture(result: DrillResult, path: Path) -> None:
     c = result.config
     top.set_title(
         f"{c.lose} of {c.servers} servers {'killed' if c.mode == 'kill' else 'cut off'}"
-        f" (the etcd leader's among them), {c.load:.0%} load: {result.error_rate:.2%} errors"
+        f" (the {c.store} leader's among them), {c.load:.0%} load: {result.error_rate:.2%} errors"
     )
     top.set_ylabel("requests / s")
     top.legend(loc="lower left")
@@ -123,8 +133,9 @@ def load(path: Path) -> DrillResult:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=sorted(PLANS), action="append")
+    parser.add_argument("--only", choices=sorted({**PLANS, **ON_REQUEST}), action="append")
     parser.add_argument("--mode", choices=("kill", "cut"), help="one run of your own")
+    parser.add_argument("--store", choices=STORES, default="etcd")
     parser.add_argument("--load", type=float, default=0.5)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--events", type=int, default=1)
@@ -144,18 +155,20 @@ def main(argv: list[str] | None = None) -> int:
         plan = [
             DrillConfig(
                 servers=args.servers, lose=args.lose, mode=args.mode, load=args.load,
-                seconds=args.seconds, events=args.events,
+                seconds=args.seconds, events=args.events, store=args.store,
             )
         ]  # fmt: skip
     else:
-        plan = [c for name in args.only or list(PLANS) for c in PLANS[name]]
+        plans = {**PLANS, **ON_REQUEST}
+        plan = [c for name in args.only or list(PLANS) for c in plans[name]]
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for n, config in enumerate(plan):
         if n < args.skip:
             continue
         c = config
-        name = f"{c.servers}-lose{c.lose}-{c.mode}-{c.load:.0%}-{c.seconds:.0f}s"
+        store = "" if c.store == "etcd" else f"{c.store}-"  # etcd's names as they were
+        name = f"{store}{c.servers}-lose{c.lose}-{c.mode}-{c.load:.0%}-{c.seconds:.0f}s"
         print(f"[{n + 1}/{len(plan)}] {name} …", file=sys.stderr, flush=True)
         with tempfile.TemporaryDirectory(prefix="tenure-drill-") as root:
             result = Drill(replace(config), Path(root)).run()

@@ -116,11 +116,11 @@ class ServerGroup:
         self.close()
 
 
-def reap_orphans(prefix: str, marker: Callable[[Path], bytes]) -> None:
+def reap_orphans(prefix: str, marker: Callable[[Path], bytes], under: Path | None = None) -> None:
     """Kill the servers (and remove the directories) of test runs that no longer exist: a
-    directory ``prefix*`` whose owner process is gone; its servers are the processes whose
-    command line contains ``marker(directory)``."""
-    for root in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+    directory ``prefix*`` (in the temporary directory, or ``under``) whose owner process is
+    gone; its servers are the processes whose command line contains ``marker(directory)``."""
+    for root in Path(under or tempfile.gettempdir()).glob(f"{prefix}*"):
         try:
             owner = int((root / "owner").read_text())
             os.kill(owner, 0)

@@ -1,7 +1,8 @@
 """The drill "lose 3 of 7 servers, the store's leader among them": does a partition group with
 capacity to spare keep its errors low through a correlated failure, and does it stay safe?
 
-Seven *servers* on loopback, each one etcd member (a 7-member cluster) and one worker process
+Seven *servers* on loopback, each one member of the store (``store``: etcd, a 7-member cluster,
+or ZooKeeper, a 7-server ensemble: `drill_cluster`) and one worker process
 (`drill_worker`) of a partition group over 64 partitions. A load generator outside them puts
 requests into a queue table in PostgreSQL (a service outside every server) at a fixed rate, each
 naming a partition at random; the partition's owner must process it — a write fenced by that
@@ -9,14 +10,14 @@ partition's token — within the deadline. A request not processed in time is an
 worker processes at most ``capacity`` requests a second; the offered load is a fraction of the
 whole group's capacity.
 
-After a warm-up, ``lose`` servers fail at once, the etcd leader's among them: ``kill`` (SIGKILL
-of their etcd member and worker; both started again at the restore) or ``cut`` (every packet
+After a warm-up, ``lose`` servers fail at once, the store's leader among them: ``kill`` (SIGKILL
+of their store member and worker; both started again at the restore) or ``cut`` (every packet
 to or from them dropped by the kernel's packet filter, `fabric.Fabric`, which needs root;
 healed at the restore). The group has no leader of its own to kill: every member computes the
 assignment itself.
 
 What it measures: the error rate; the errors per event; the time until every partition is owned
-again and until etcd has a leader again; p50/p99 latency before, during and after the events;
+again and until the store has a leader again; p50/p99 latency before, during and after the events;
 items owned twice (`checkers.check_item_overlap` over the workers' histories) and stale writes
 accepted (`checkers.check_stale_item_writes` over the queue's ``accepted`` log) — both must be 0.
 """
@@ -44,8 +45,8 @@ from .._partitions import assign
 from .chaos.checkers import check_item_overlap, check_stale_item_writes, item_windows
 from .chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
 from .chaos.resource import PARTITION
+from .drill_cluster import DrillCluster, Store
 from .drill_worker import FENCE, GROUP, member_id, partitions
-from .etcd_cluster import EtcdCluster
 from .fabric import Fabric
 from .postgres_server import PostgresServer
 
@@ -67,6 +68,7 @@ class DrillConfig:
     servers: int = 7
     lose: int = 3
     mode: Mode = "kill"
+    store: Store = "etcd"
     load: float = 0.5
     """Offered load as a fraction of the group's capacity (servers × capacity)."""
     seconds: float = 60.0
@@ -98,11 +100,11 @@ class EventResult:
     restored_at: float
     servers: list[int]
     leader: int
-    """The server whose etcd member was the leader when they failed."""
+    """The server whose store member was the leader when they failed."""
     requests: int = 0
     errors: int = 0
     leader_again: float | None = None
-    """Seconds from the failure until a surviving member was etcd's leader."""
+    """Seconds from the failure until a surviving member was the store's leader."""
     owned_again: float | None = None
     """Seconds from the failure until every partition the failed servers owned was owned by
     another member (None: not before the restore)."""
@@ -147,30 +149,17 @@ class Drill:
             with psycopg.connect(self.pg.dsn, autocommit=True) as conn:
                 conn.execute(SCHEMA)
                 FENCE.ensure_table(conn)
-            cut = self.config.mode == "cut"
-            self.fabric = stack.enter_context(Fabric(self.config.servers)) if cut else None
+            c = self.config
+            self.fabric = stack.enter_context(Fabric(c.servers)) if c.mode == "cut" else None
             shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
-            self.cluster = EtcdCluster(
-                self.config.servers,
-                data_root=shm if shm.is_dir() else None,
-                pre_vote=True,
-                heartbeat_ms=100,
-                election_ms=1000,
-            )  # fmt: skip  (etcd's own defaults: half the heartbeats of the test clusters)
+            self.cluster = DrillCluster(c.store, c.servers, shm if shm.is_dir() else None)
             stack.callback(self.cluster.close)
-            members = list(self.cluster.members)
             if self.fabric is not None:  # before they start: every connection is marked
-                for i, member in enumerate(members):
-                    self.fabric.serve(i, member.client_port, member.peer_port)
+                for i, member in enumerate(self.cluster.members):
+                    self.fabric.serve(i, *self.cluster.ports(i))
                     member.group = self.fabric.group(i)
             self.cluster.start()
-            if self.cluster.members != members:
-                raise RuntimeError("etcd moved to other ports at start; run the drill again")
-            ports = [m.client_port for m in members]
-            self.store_urls = [  # each worker its own server's member first
-                "etcd://" + ",".join(f"127.0.0.1:{p}" for p in ports[w:] + ports[:w])
-                for w in range(self.config.servers)
-            ]
+            self.store_urls = [self.cluster.url(first=w) for w in range(c.servers)]
             stack.callback(self.stop_workers)
             for i in range(self.config.servers):
                 self.start_worker(i)
@@ -212,7 +201,7 @@ class Drill:
         """Until every worker is ready and every partition is owned by the member the
         assignment names (then the clock starts)."""
         deadline = time.monotonic() + timeout
-        url = "etcd://" + ",".join(self.cluster.endpoints)
+        url = self.cluster.url(first=0)
         names = partitions(self.config.partitions)
         want = assign(names, {member_id(i): 1.0 for i in self.workers})
         want = {f"partitions/{GROUP}/item/{item}": f"drill {m}" for item, m in want.items()}
@@ -261,7 +250,7 @@ class Drill:
         time.sleep(max(0.0, at - self.now()))
 
     def fail(self) -> EventResult:
-        leader = self.cluster.members.index(self.cluster.leader())
+        leader = self.cluster.leader()
         others = [i for i in range(self.config.servers) if i != leader]
         servers = sorted([leader, *self.rng.sample(others, self.config.lose - 1)])
         result = EventResult(self.now(), 0.0, servers, leader)
@@ -310,7 +299,7 @@ class Drill:
                 time.sleep(max(0.0, sent * interval - self.now()))
 
     def observe(self) -> None:
-        """After each failure, which surviving member is etcd's leader, 10 times a second
+        """After each failure, which surviving member is the store's leader, 10 times a second
         until there is one (cheap: no polling while nothing is failing)."""
         while not self.stop_load.is_set():
             if self.down and self.leaders[-1][1] is None:
@@ -318,17 +307,8 @@ class Drill:
             time.sleep(0.1)
 
     def surviving_leader(self) -> int | None:
-        for i, member in enumerate(self.cluster.members):
-            if i in self.down or not member.running:
-                continue
-            try:
-                status = member.request("/v3/maintenance/status", {}, timeout=0.3)
-            except (OSError, ValueError):
-                continue
-            header = status.get("header")
-            if isinstance(header, dict) and status.get("leader") == header.get("member_id"):
-                return i
-        return None
+        survivors = (i for i in range(self.config.servers) if i not in self.down)
+        return next((i for i in survivors if self.cluster.leads(i)), None)
 
     # -- the figures --------------------------------------------------------------------------
 

@@ -170,7 +170,7 @@ class EtcdCluster(ServerGroup):
         self.auth_token_ttl = auth_token_ttl
         if not os.access(ETCD, os.X_OK):
             raise RuntimeError(f"etcd binary not found at {ETCD}")
-        reap_orphans(PREFIX, lambda root: f"--data-dir={root}/".encode())
+        reap_orphans(PREFIX, lambda root: f"--data-dir={root}/".encode(), data_root)
         self.root = Path(tempfile.mkdtemp(prefix=PREFIX, dir=data_root))
         (self.root / "owner").write_text(str(os.getpid()))
         self.token = uuid.uuid4().hex
