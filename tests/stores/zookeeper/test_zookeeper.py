@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import uuid
+from collections.abc import Iterator
 
 import anyio
 import pytest
@@ -213,5 +216,70 @@ async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_relea
         data, _ = await result(reader.get_async(marker))
         assert json.loads(data)["noticed"] is True
         await store.close_session(dead)
+    finally:
+        await store.aclose()
+
+
+@pytest.fixture
+def blackholes() -> Iterator[list[int]]:
+    """Three loopback ports that drop every connect (SYN) silently, as a server cut off does:
+    listeners with a full accept queue, never accepting."""
+    held: list[socket.socket] = []
+    ports = []
+    try:
+        for _ in range(3):
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(0)
+            held.append(listener)
+            port = listener.getsockname()[1]
+            ports.append(port)
+            while True:  # fill the queue until a connect is not answered
+                filler = socket.socket()
+                held.append(filler)
+                filler.settimeout(0.2)
+                try:
+                    filler.connect(("127.0.0.1", port))
+                except TimeoutError:
+                    break
+        yield ports
+    finally:
+        for sock in held:
+            sock.close()
+
+
+async def test_servers_that_drop_connects_cost_a_share_of_the_session_each(
+    zookeeper_ensemble: ZooKeeperEnsemble, blackholes: list[int]
+) -> None:
+    """kazoo gives each TCP connect the whole session timeout: three dead servers before a live
+    one (kazoo shuffles them) would cost a 2 s session's start. tenure gives each a share."""
+    hosts = [f"127.0.0.1:{p}" for p in blackholes] + zookeeper_ensemble.endpoints[:1]
+    store = open_store(f"zookeeper://{','.join(hosts)}/t_{uuid.uuid4().hex}")
+    try:
+        for _ in range(4):  # each start a new shuffle: the dead ones first at least once, likely
+            session = await store.open_session(2, OWNER)
+            assert await store.keep_alive(session)
+            await store.close_session(session)
+    finally:
+        await store.aclose()
+
+
+async def test_the_reader_leaves_a_server_that_stops_answering(
+    zookeeper_store_url: str, zookeeper_ensemble: ZooKeeperEnsemble
+) -> None:
+    """kazoo counts every request sent as a ping: a reader kept busy never finds its server
+    dead. A read unanswered drops that server, and the next read goes elsewhere."""
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    try:
+        assert await store.locks() == []
+        port = server_port(await store.reader())
+        [server] = [s for s in zookeeper_ensemble.servers if s.client_port == port]
+        server.pause()
+        try:
+            assert await store.locks() == []  # before: "no answer" after 8 s of asking it
+            assert server_port(await store.reader()) != port
+        finally:
+            server.resume()
     finally:
         await store.aclose()

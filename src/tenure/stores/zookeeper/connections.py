@@ -179,8 +179,7 @@ class Connections:
                 raise self.unavailable("operation timed out") from None
             except k.exceptions.NoAuthError:
                 raise self.denied(self.paths.chroot) from None
-        if session.client.connected:  # stuck on a server that does not answer (paused)
-            drop_connection(session.client)
+        self._unstick(session.client)  # stuck on a server that does not answer (paused, cut)
         raise self.unavailable(f"no answer within {session.patience:.2g}s")
 
     async def settled(self, session: ZooKeeperSession, request: Callable[[], IAsyncResult]) -> Any:
@@ -244,6 +243,14 @@ class Connections:
         why = connection_of(client).tls_refused(everywhere=False) or "no server answers"
         raise self.unavailable(why)
 
+    @staticmethod
+    def _unstick(client: KazooClient) -> None:
+        """A request went unanswered on a connection kazoo thinks is up: leave that server
+        (kazoo goes to the next with the same session). kazoo finds a dead server only by a
+        ping unanswered while nothing else is sent: the reader is seldom idle that long."""
+        if client.connected:
+            drop_connection(client)
+
     async def read(self, request: Callable[[KazooClient], IAsyncResult]) -> Any:
         """A read on the shared connection; sent again through connection losses for a while."""
         k = kazoo()
@@ -254,6 +261,7 @@ class Connections:
                 with anyio.fail_after(2.0):
                     return await result(request(client))
             except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
+                self._unstick(client)
                 if time.monotonic() > give_up:
                     raise self.unavailable("no answer") from None
                 await anyio.sleep(0.05)
@@ -281,6 +289,7 @@ class Connections:
             with anyio.fail_after(2.0):
                 return await result(pending)
         except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
+            self._unstick(self._reader_client())
             raise self.unavailable("no answer") from None
         except k.exceptions.ConnectionClosedError:
             raise self.unavailable("connection closed") from None

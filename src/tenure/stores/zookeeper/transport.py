@@ -220,8 +220,13 @@ def digest(options: ConnectOptions) -> ConnectOptions:
     return options
 
 
-def _tls_handler(context: ssl.SSLContext) -> Any:
-    """kazoo's threading handler, its sockets wrapped by ``context``.
+def _handler(context: ssl.SSLContext | None, connect_within: float) -> Any:
+    """kazoo's threading handler, each TCP connect given ``connect_within`` seconds (the TLS
+    handshake that follows, kazoo's time), its sockets wrapped by ``context`` if there is one.
+
+    kazoo gives a TCP connect the whole session timeout: one server that drops packets (cut
+    off, or its machine gone) then costs the session before the next server is tried. The Java
+    client's share instead: the session timeout over the number of servers.
 
     kazoo's own TLS (``use_ssl``) trusts the system's roots in addition to ``ca``, presents no
     client certificate unless a separate key file is given, and checks no host name by default;
@@ -231,18 +236,23 @@ def _tls_handler(context: ssl.SSLContext) -> Any:
     from kazoo.handlers.threading import SequentialThreadingHandler  # type: ignore[import-untyped]
     from kazoo.handlers.utils import create_tcp_connection  # type: ignore[import-untyped]
 
-    class TLSHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    class Handler(SequentialThreadingHandler):  # type: ignore[misc]
         def create_connection(
             self, address: tuple[str, int], hostname: str | None = None, **options: Any
         ) -> socket.socket:
-            sock = create_tcp_connection(socket, address, timeout=options.get("timeout"))
-            try:  # the handshake, within the socket's connect timeout
+            timeout = options.get("timeout")
+            within = connect_within if timeout is None else min(timeout, connect_within)
+            sock: socket.socket = create_tcp_connection(socket, address, timeout=within)
+            if context is None:
+                return sock
+            sock.settimeout(timeout)  # a server that answered: its handshake as long as kazoo's
+            try:
                 return context.wrap_socket(sock, server_hostname=hostname or address[0])
             except BaseException:
                 sock.close()
                 raise
 
-    return TLSHandler()
+    return Handler()
 
 
 @dataclass
@@ -270,9 +280,7 @@ class Transport:
         kazoo sends the credentials again on every reconnection (a ZooKeeper connection's
         identity is not its session's)."""
         k = kazoo()
-        extra: dict[str, object] = {}
-        if self.tls is not None:
-            extra["handler"] = _tls_handler(self.tls)
+        extra: dict[str, object] = {"handler": _handler(self.tls, timeout / len(self.hosts))}
         if self.user is not None:
             extra.update(
                 auth_data=[("digest", f"{self.user}:{self.password}")], default_acl=[self.mine()]
