@@ -1,9 +1,9 @@
-"""The lose-servers drill, short: 7 servers (an etcd member and a partition worker each), 3 of
-them — the etcd leader's among them — killed or cut off for 10 s of a 30 s run at half the
-group's capacity. Safety is asserted (no item owned twice, no stale write accepted, every
-partition owned again before the servers return, etcd led again); the error rate is a figure
-of the benchmark (`benchmarks/bench_lose_servers.py`), not asserted here. That the failure
-happened at all is: requests failed while it lasted.
+"""The lose-servers drill, short: 7 servers (an etcd member, or a ZooKeeper server, and a
+partition worker each), 3 of them — the store's leader among them — killed or cut off for 10 s
+of a 30 s run at half the group's capacity. Safety is asserted (no item owned twice, no stale
+write accepted, every partition owned again before the servers return, the store led again);
+the error rate is a figure of the benchmark (`benchmarks/bench_lose_servers.py`), not asserted
+here. That the failure happened at all is: requests failed while it lasted.
 
 The checkers are the chaos ones (their positive controls: tests/unit/test_chaos_checkers.py);
 the drill's own reading of its queue's log is shown to catch a stale write below.
@@ -16,15 +16,27 @@ from pathlib import Path
 import pytest
 
 from tenure.testing import fabric
-from tenure.testing.drill import Drill, DrillConfig, stale_writes
+from tenure.testing.drill import Drill, DrillConfig, Mode, stale_writes
+from tenure.testing.drill_cluster import Store
+from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.timeout(400)
 CUT = pytest.mark.skipif(fabric.unavailable() is not None, reason=str(fabric.unavailable()))
+ZK = pytest.mark.skipif(bool(ZooKeeperEnsemble.missing()), reason="ZooKeeper not installed")
 
 
-@pytest.mark.parametrize("mode", ["kill", pytest.param("cut", marks=CUT)])
-def test_losing_three_of_seven_stays_safe_and_recovers(tmp_path: Path, mode: str) -> None:
-    config = DrillConfig(mode=mode, load=0.5, seconds=30, events=1)
+@pytest.mark.parametrize(
+    ("store", "mode"),
+    [
+        ("etcd", "kill"),
+        pytest.param("etcd", "cut", marks=CUT),
+        pytest.param("zookeeper", "cut", marks=[CUT, ZK]),  # a blackhole: the harder case
+    ],
+)
+def test_losing_three_of_seven_stays_safe_and_recovers(
+    tmp_path: Path, store: Store, mode: Mode
+) -> None:
+    config = DrillConfig(store=store, mode=mode, load=0.5, seconds=30, events=1)
     result = Drill(config, tmp_path).run()
     assert result.findings == []
     assert result.owned_twice == 0 and result.stale_accepted == 0
@@ -33,7 +45,7 @@ def test_losing_three_of_seven_stays_safe_and_recovers(tmp_path: Path, mode: str
     assert len(event.servers) == 3 and event.leader in event.servers
     assert event.errors > 0, "the failure cost nothing: did it happen?"
     assert event.owned_again is not None, "a partition stayed ownerless until the restore"
-    assert event.leader_again is not None, "etcd had no leader among the survivors"
+    assert event.leader_again is not None, "the store had no leader among the survivors"
     assert result.latency_ms["after"] is not None  # requests were processed after the restore
 
 
