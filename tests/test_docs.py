@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import tenure
@@ -34,3 +37,16 @@ def test_readme_leads_with_two_commands() -> None:
     assert "tenure demo" in block[0]
     assert "pytest" in block[1]
     assert "pytest" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_decorators_page_example_runs_as_written(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "decorators.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "TENURE_STORE": f"sqlite:///{tmp_path}/docs.db"}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        for _ in range(2)
+    ]
+    assert all(done.returncode == 0 for done in runs), [done.stderr for done in runs]
+    assert runs[0].stdout.startswith("wrote the report for ")
+    assert "not run here, the slot is done already" in runs[1].stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,3 +22,22 @@ def test_stop_by_example_stops_at_risk_and_is_done_before_the_deadline() -> None
     spare = float(lines[stopped + 1].split()[2].rstrip("s"))
     assert spare > 0, "the worker must be done before stop_by"
     assert lines[-1].startswith("lease lost at its deadline")
+
+
+def test_decorators_example_does_each_piece_of_work_once() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "decorators.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TENURE_STORE"},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert len(lines) == 6, lines  # three servers, two calls each
+    assert sum("wrote the report" in line for line in lines) == 1
+    rebuilt = [line for line in lines if "rebuilt the index" in line]
+    assert rebuilt, lines
+    skipped = [line for line in lines if "not run here" in line]
+    assert len(skipped) == 6 - 1 - len(rebuilt)
+    assert any("the lock is held by server-" in line for line in skipped) or len(rebuilt) == 3

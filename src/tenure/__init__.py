@@ -5,6 +5,7 @@ Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); se
 
 from ._client import AsyncClient, connect_async
 from ._clock import Clock
+from ._decorators import Skipped
 from ._election import AsyncLeadership, Leader
 from ._errors import (
     InvalidArgument,
@@ -45,6 +46,7 @@ __all__ = [
     "Owner",
     "PartitionChange",
     "Run",
+    "Skipped",
     "Slot",
     "StaleToken",
     "StoreUnavailable",

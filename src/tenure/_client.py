@@ -4,17 +4,19 @@ its `SessionPool`; ``tenure._sync`` is the blocking facade over it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 
 import anyio
 
 from ._clock import REAL_CLOCK, Clock
+from ._decorators import P, R, Skipped, check_kind, giving, not_run, slot_of
 from ._election import AsyncLeadership, Leader, campaign, check_value, leader, observe
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, NotAcquired
 from ._lease import AsyncLease
 from ._lock import AsyncHold, WaitCallback, acquire, check_arguments
 from ._names import check_name
@@ -255,6 +257,79 @@ class AsyncClient:
     async def history(self, job: str) -> list[Slot]:
         """Every recorded slot of ``job``, in slot-key order."""
         return await history(self.store, job)
+
+    # -- decorators -----------------------------------------------------------------------
+
+    def exclusive(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R | Skipped]]]:
+        """``@client.exclusive(name)`` on a coroutine function: each call runs it only while
+        holding lock ``name`` (cancelled if the lease is lost), or returns a `Skipped` if it is
+        held elsewhere (``wait=False``, the default) or ``timeout`` passes. A ``lease``
+        parameter of the function is given the lease. See ``tenure._decorators``."""
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
+        self.timing(ttl, lock_delay)
+
+        def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | Skipped]]:
+            check_kind(func, want_async=True, decorator="exclusive")
+            hand = giving(func, "lease")
+
+            @functools.wraps(func)
+            async def exclusively(*args: P.args, **kwargs: P.kwargs) -> R | Skipped:
+                hold = self.lock(name, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay)
+                async with AsyncExitStack() as stack:
+                    try:
+                        lease = await stack.enter_async_context(hold)
+                    except NotAcquired as exc:
+                        return Skipped(name, "held", holder=exc.holder)
+                    return await func(*args, **kwargs, **hand(lease))
+
+            return exclusively
+
+        return decorate
+
+    def once_per(
+        self,
+        job: str,
+        slot: str | Callable[[], str],
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R | Skipped]]]:
+        """``@client.once_per(job, slot=…)`` on a coroutine function: each call runs it for
+        the slot only if no runner has (``client.once``: done or failed is recorded, as its
+        exception), or returns a `Skipped`. ``slot``: the key, or a function of no arguments
+        giving it at each call (today's date, say). A ``run`` parameter is given the run."""
+        check_arguments(job, ttl, timeout, self.drift, self.margin)
+        check_policy(policy)
+        key_of = slot_of(slot)
+
+        def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | Skipped]]:
+            check_kind(func, want_async=True, decorator="once_per")
+            hand = giving(func, "run")
+
+            @functools.wraps(func)
+            async def once(*args: P.args, **kwargs: P.kwargs) -> R | Skipped:
+                key = check_slot(key_of())
+                async with self.once(
+                    job, key, ttl, policy=policy, wait=wait, timeout=timeout
+                ) as run:
+                    if not run:
+                        return not_run(job, key, run.state, run.slot)
+                    result = await func(*args, **kwargs, **hand(run))
+                return result  # (a loss that cancelled the call raised LeaseLost on the way)
+
+            return once
+
+        return decorate
 
 
 @asynccontextmanager

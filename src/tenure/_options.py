@@ -64,6 +64,14 @@ class LockKeywords(TypedDict, total=False):
     lock_delay: float | None
 
 
+class DecoratorLockKeywords(TypedDict, total=False):
+    """The keywords of ``exclusive`` beside the name and TTL (``wait`` is False by default)."""
+
+    wait: bool
+    timeout: float | None
+    lock_delay: float | None
+
+
 class OnceKeywords(TypedDict, total=False):
     """The keywords of ``claim`` and ``once`` beside the job, slot and TTL."""
 

@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from ._client import AsyncClient
+from ._decorators import P, R, Skipped, check_kind, giving, not_run, slot_of
 from ._election import AsyncLeadership, Leader
-from ._errors import TenureError
+from ._errors import NotAcquired, TenureError
 from ._lease import AsyncLease, LostCallback, end_of_hold
 from ._lock import check_arguments
 from ._loop_thread import LoopThread
-from ._once import AsyncRun, Slot, one_line
+from ._once import AsyncRun, Slot, check_policy, check_slot, one_line
 from ._options import (
     DEFAULT_TTL,
     ClientOptions,
     ConnectKeywords,
+    DecoratorLockKeywords,
     LockKeywords,
     OnceKeywords,
     PartitionKeywords,
@@ -315,6 +318,70 @@ class Client:
 
     def history(self, job: str) -> list[Slot]:
         return self._call(self._async.history, job)
+
+    # -- decorators -----------------------------------------------------------------------
+
+    def exclusive(
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[DecoratorLockKeywords]
+    ) -> Callable[[Callable[P, R]], Callable[P, R | Skipped]]:
+        """``@client.exclusive(name)``: each call runs the function only while holding lock
+        ``name``, or returns a `Skipped` if it is held elsewhere (``wait=False``, the default)
+        or ``timeout`` passes; ``LeaseLost`` if the lease was lost while it ran. A ``lease``
+        parameter of the function is given the lease. See ``tenure._decorators``."""
+        timeout, lock_delay = options.get("timeout"), options.get("lock_delay")
+        check_arguments(name, ttl, timeout, self._async.drift, self._async.margin)
+        self._async.timing(ttl, lock_delay)
+        wait = options.get("wait", False)
+        lock_options = LockKeywords(wait=wait, timeout=timeout, lock_delay=lock_delay)
+
+        def decorate(func: Callable[P, R]) -> Callable[P, R | Skipped]:
+            check_kind(func, want_async=False, decorator="exclusive")
+            hand = giving(func, "lease")
+
+            @functools.wraps(func)
+            def exclusively(*args: P.args, **kwargs: P.kwargs) -> R | Skipped:
+                try:
+                    lease = self.acquire(name, ttl, **lock_options)
+                except NotAcquired as exc:
+                    return Skipped(name, "held", holder=exc.holder)
+                with self._hold(lease):
+                    result = func(*args, **kwargs, **hand(lease))
+                return result
+
+            return exclusively
+
+        return decorate
+
+    def once_per(
+        self,
+        job: str,
+        slot: str | Callable[[], str],
+        ttl: float = DEFAULT_TTL,
+        **options: Unpack[OnceKeywords],
+    ) -> Callable[[Callable[P, R]], Callable[P, R | Skipped]]:
+        """``@client.once_per(job, slot=…)``: each call runs the function for the slot only
+        if no runner has (``client.once``), or returns a `Skipped`. ``slot``: the key, or a
+        function of no arguments giving it at each call. A ``run`` parameter is given the run."""
+        check_arguments(job, ttl, options.get("timeout"), self._async.drift, self._async.margin)
+        check_policy(options.get("policy", "at-least-once"))
+        key_of = slot_of(slot)
+
+        def decorate(func: Callable[P, R]) -> Callable[P, R | Skipped]:
+            check_kind(func, want_async=False, decorator="once_per")
+            hand = giving(func, "run")
+
+            @functools.wraps(func)
+            def once(*args: P.args, **kwargs: P.kwargs) -> R | Skipped:
+                key = check_slot(key_of())
+                with self.once(job, key, ttl, **options) as run:
+                    if not run:
+                        return not_run(job, key, run.state, run.slot)
+                    result = func(*args, **kwargs, **hand(run))
+                return result
+
+            return once
+
+        return decorate
 
     def observe(self, name: str) -> Iterator[Leader | None]:
         """The current leader, then every change, as a blocking iterator."""
