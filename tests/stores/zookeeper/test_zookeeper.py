@@ -277,7 +277,7 @@ async def test_the_reader_leaves_a_server_that_stops_answering(
         [server] = [s for s in zookeeper_ensemble.servers if s.client_port == port]
         server.pause()
         try:
-            assert await store.locks() == []  # before: "no answer" after 8 s of asking it
+            assert await store.locks() == []  # before: "no answer" after 8 s of asking it alone
             assert server_port(await store.reader()) != port
         finally:
             server.resume()

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 READ_SESSION = 10.0
 """Session timeout of the shared connection for reads and watches (kazoo pings it)."""
+SILENT_TRIES = 2
+"""A read unanswered this many times in a row (2 s each) leaves the reader's server."""
 
 
 class NoAccess(StoreUnavailable):
@@ -255,13 +257,17 @@ class Connections:
         """A read on the shared connection; sent again through connection losses for a while."""
         k = kazoo()
         give_up = time.monotonic() + 8.0
+        silent = 0  # time-outs in a row: a slow server answers the next try, a dead one never
         while True:
             client = await self.reader()
             try:
                 with anyio.fail_after(2.0):
                     return await result(request(client))
             except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
-                self._unstick(client)
+                silent = silent + 1 if client.connected else 0
+                if silent >= SILENT_TRIES:  # not on the first: it would lose every request
+                    self._unstick(client)  # in flight on the connection, not only this one
+                    silent = 0
                 if time.monotonic() > give_up:
                     raise self.unavailable("no answer") from None
                 await anyio.sleep(0.05)
@@ -289,7 +295,6 @@ class Connections:
             with anyio.fail_after(2.0):
                 return await result(pending)
         except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
-            self._unstick(self._reader_client())
             raise self.unavailable("no answer") from None
         except k.exceptions.ConnectionClosedError:
             raise self.unavailable("connection closed") from None
