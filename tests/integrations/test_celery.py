@@ -6,25 +6,30 @@ and the lock of a SIGKILLed worker ends with its lease."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tenure
-from tenure.testing.celery_nodes import CeleryNodes, wait_until
+from tenure.testing.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
 from tenure.testing.redis_server import RedisServer
 
 pytest.importorskip("celery")
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).parents[2]
+APP = ROOT / "examples" / "celery"
 TTL = 1.0
-ELECTION = "celery-beat:celery_app"
+ELECTION = "celery-beat:celery_example"
 _databases = itertools.count(1)
 pytestmark = pytest.mark.timeout(180)
 
@@ -33,7 +38,7 @@ pytestmark = pytest.mark.timeout(180)
 def nodes(
     tmp_path: Path, redis_server: RedisServer, sqlite_store_url: str
 ) -> Iterator[CeleryNodes]:
-    """Celery processes of tests/integrations/celery_app.py on a Redis database of their own."""
+    """Celery processes of examples/celery/celery_example.py on a Redis database of their own."""
     database = next(_databases) % 16
     broker = f"redis://{redis_server.endpoint}/{database}"
     env = {
@@ -45,7 +50,7 @@ def nodes(
         "BEAT_TTL": str(TTL),
     }
     (tmp_path / "out").touch()
-    with CeleryNodes("celery_app", HERE, tmp_path, env) as running:
+    with CeleryNodes("celery_example", APP, tmp_path, env) as running:
         yield running
 
 
@@ -56,20 +61,7 @@ def lines(nodes: CeleryNodes, kind: str) -> list[list[str]]:
 
 def ticks(nodes: CeleryNodes) -> list[tuple[datetime, int]]:
     """(slot, term) of every tick the worker ran, in the order it ran them."""
-    return [(datetime.fromisoformat(slot), int(term)) for slot, term, _ in lines(nodes, "tick")]
-
-
-def leader_node(client: tenure.Client, nodes: CeleryNodes, not_term: int = 0) -> tuple[str, int]:
-    """The beat that leads now (and its term), once the term is not ``not_term``."""
-    found: list[tenure.Leader] = []
-
-    def led() -> bool:
-        leader = client.leader(ELECTION)
-        found[:] = [leader] if leader is not None and leader.term != not_term else []
-        return bool(found)
-
-    wait_until(led, 30.0, "a leader")
-    return nodes.by_pid(found[0].holder.pid), found[0].term
+    return [(tick.slot, tick.term) for tick in read_ticks(Path(nodes.env["OUT"]))]
 
 
 def wait_for_ticks(nodes: CeleryNodes, count: int, term: int | None = None) -> None:
@@ -90,12 +82,11 @@ def test_beat_on_every_node_sends_each_fire_time_once_across_kill_and_pause(
         nodes.beat(f"beat{i}")
     wait_for_ticks(nodes, 2)  # ready: a leader ticks
     with tenure.connect(sqlite_store_url) as client:
-        first, term = leader_node(client, nodes)
-        nodes.nodes[first].kill()
-        second, term = leader_node(client, nodes, not_term=term)
+        killed = fail_over(nodes, client, ELECTION, Path(nodes.env["OUT"]))
+        second, term = killed.successor, killed.term
         wait_for_ticks(nodes, 2, term)
         nodes.nodes[second].pause()  # past its term: TTL, then the lock-delay
-        _third, term = leader_node(client, nodes, not_term=term)
+        _third, term = nodes.leader(client, ELECTION, not_term=term)
         wait_for_ticks(nodes, 2, term)
         nodes.nodes[second].resume()
         wait_for_ticks(nodes, 3, term)
@@ -133,23 +124,30 @@ def test_plain_beat_on_two_nodes_sends_each_tick_twice(nodes: CeleryNodes) -> No
     assert len(lines(nodes, "tick")) - start >= 6  # about 8: each second twice
 
 
+def example_app(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The example's module, imported here (to send its tasks)."""
+    monkeypatch.syspath_prepend(str(APP))
+    return importlib.import_module("celery_example")
+
+
 def test_exclusive_task_runs_one_call_per_key_and_its_lock_ends_with_a_killed_worker(
-    nodes: CeleryNodes,
+    nodes: CeleryNodes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from celery_app import guarded, guarded_retry  # type: ignore[import-not-found]
+    example = example_app(monkeypatch)
+    sync_account, sync_account_later = example.sync_account, example.sync_account_later
 
     nodes.worker("prefork", pool="prefork", concurrency=2)  # forked children: a client each
     nodes.worker("solo")
-    guarded.app.conf.update(
+    sync_account.app.conf.update(
         broker_url=nodes.env["CELERY_BROKER_URL"], result_backend=nodes.env["CELERY_RESULT_BACKEND"]
     )
-    first = guarded.delay("k", 30.0)
+    first = sync_account.delay("k", 30.0)
     wait_until(lambda: lines(nodes, "start"), 30.0, "the first call started")
-    others = [guarded.delay("k", 0.0) for _ in range(3)]
-    other_key = guarded.delay("other", 0.0)
+    others = [sync_account.delay("k", 0.0) for _ in range(3)]
+    other_key = sync_account.delay("other", 0.0)
     assert other_key.get(timeout=30) >= 1  # another key runs meanwhile
     wait_until(lambda: all(r.state == "SKIPPED" for r in others), 30.0, "the others skipped")
-    assert all(r.info["lock"] == "celery:guarded:k" for r in others)
+    assert all(r.info["lock"] == "celery:accounts:k" for r in others)
     runner_pid = int(lines(nodes, "start")[0][1])
     assert all(r.info["holder"].endswith(f"pid {runner_pid}") for r in others)
 
@@ -157,7 +155,7 @@ def test_exclusive_task_runs_one_call_per_key_and_its_lock_ends_with_a_killed_wo
     running = next(name for name in ("prefork", "solo") if runner_pid in child_pids(nodes, name))
     nodes.nodes[running].kill()
     assert first.state != "SUCCESS"
-    retried = guarded_retry.delay("k")
+    retried = sync_account_later.delay("k")
     token = retried.get(timeout=30)
     starts = [line for line in lines(nodes, "start") if line[0] == "k"]
     assert len(starts) == 2, starts  # the killed call, then the retried one
@@ -182,8 +180,54 @@ def child_pids(nodes: CeleryNodes, name: str) -> set[int]:
     return found
 
 
-def test_a_bad_lock_key_is_one_clear_error(nodes: CeleryNodes) -> None:
-    from celery_app import guarded  # type: ignore[import-not-found]
-
+def test_a_bad_lock_key_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    sync_account = example_app(monkeypatch).sync_account
     with pytest.raises(tenure.InvalidArgument, match="does not fit the call's arguments"):
-        guarded.lock_name()
+        sync_account.lock_name()
+
+
+def test_the_docs_page_example_runs_as_written(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    sqlite_store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = (ROOT / "docs" / "celery.md").read_text()
+    (tmp_path / "proj.py").write_text(page.split("```python\n", 1)[1].split("```", 1)[0])
+    broker = f"redis://{redis_server.endpoint}/{next(_databases) % 16}"
+    env = {"CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": broker}
+    with CeleryNodes("proj", tmp_path, tmp_path, {**env, "TENURE_STORE": sqlite_store_url}) as run:
+        run.worker("worker", pool="prefork", concurrency=2)  # two calls at once
+        run.beat("beat0")
+        run.beat("beat1")
+
+        def refreshed() -> list[list[str]]:
+            log = run.log("worker").read_text().splitlines()
+            return [line.split("refresh ", 1)[1].split() for line in log if "] refresh " in line]
+
+        wait_until(lambda: len(refreshed()) >= 3, 30.0, "three refreshes")
+        slots = [slot for slot, _, _term in refreshed()]
+        assert len(slots) == len(set(slots)), slots  # two beats, each fire time once
+        assert {term for _slot, _, term in refreshed()} == {"1"}
+
+        monkeypatch.syspath_prepend(tmp_path)
+        monkeypatch.setenv("CELERY_BROKER_URL", broker)  # read as the module is imported
+        proj = importlib.import_module("proj")
+        proj.app.conf.result_backend = broker
+        calls = [proj.sync_account.delay(7) for _ in range(2)]
+        wait_until(lambda: all(c.state in ("SUCCESS", "SKIPPED") for c in calls), 30.0, "calls")
+        assert sorted(c.state for c in calls) == ["SKIPPED", "SUCCESS"]
+
+
+def test_the_example_project_runs_with_one_command() -> None:
+    done = subprocess.run(
+        [sys.executable, str(APP / "run.py")], capture_output=True, text=True, timeout=150
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    terms = [int(line.split()[1]) for line in lines[1:] if line[:2].isdigit()]
+    assert terms == sorted(terms) and terms[0] < terms[-1], done.stdout
+    assert "took over as term" in done.stdout
+    # None twice, but for the at-least-once window (a kill between send and record).
+    again = int(lines[-2].rsplit(" ", 1)[1])
+    assert lines[-1] == f"fire times run twice: {again}", done.stdout

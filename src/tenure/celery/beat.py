@@ -171,7 +171,7 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        where = store_url(self.app) or "the embedded store"
+        where = store_url(self.app) or os.environ.get("TENURE_STORE") or "the embedded store"
         return f"    . tenure -> {where} (election {self.settings.election})"
 
     # Celery's loop: ``interval = scheduler.tick(); sleep(interval)`` until shutdown.

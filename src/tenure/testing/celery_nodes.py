@@ -1,8 +1,7 @@
 """Real Celery processes — workers and beats — for the tests, the example project and the
-fail-over benchmark: each runs ``python -m celery -A <app>`` as a `ServerProcess` (a process
-group of its own, its output in a log file), so it can be killed, paused and resumed whole.
-
-Only the standard library here: Celery itself runs in the children."""
+fail-over benchmark (its measure: `fail_over`). Each runs ``python -m celery -A <app>`` as a
+`ServerProcess` (a process group of its own, its output in a log file), so it can be killed,
+paused and resumed whole. Celery itself runs in the children only."""
 
 from __future__ import annotations
 
@@ -10,8 +9,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+
+import tenure
 
 from ._process import ServerProcess
 
@@ -67,6 +70,18 @@ class CeleryNodes:
                 return name
         raise LookupError(f"no node runs as pid {pid}")
 
+    def leader(self, client: tenure.Client, election: str, not_term: int = 0) -> tuple[str, int]:
+        """The beat that leads ``election`` now, and its term, once that is not ``not_term``."""
+        found: list[tenure.Leader] = []
+
+        def led() -> bool:
+            leader = client.leader(election)
+            found[:] = [leader] if leader is not None and leader.term != not_term else []
+            return bool(found)
+
+        wait_until(led, 30.0, f"a leader of {election}")
+        return self.by_pid(found[0].holder.pid), found[0].term
+
     def close(self) -> None:
         for node in self.nodes.values():
             node.stop()
@@ -78,6 +93,52 @@ class CeleryNodes:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One run of a beat-sent task, as the example app notes it: ``tick <slot> <term> <time>``."""
+
+    slot: datetime
+    term: int
+    ran: float
+    """Wall-clock time the worker ran it."""
+
+
+def read_ticks(path: Path) -> list[Tick]:
+    """Every tick in ``path``, in the order the workers ran them."""
+    return [
+        Tick(datetime.fromisoformat(slot), int(term), float(ran))
+        for kind, slot, term, ran in (line.split() for line in path.read_text().splitlines())
+        if kind == "tick"
+    ]
+
+
+@dataclass(frozen=True)
+class FailOver:
+    killed: str
+    """The beat that led, SIGKILLed."""
+    successor: str
+    term: int
+    """The successor's term."""
+    gap: float
+    """Seconds from the kill to the first tick of the successor's term the worker ran."""
+
+
+def fail_over(nodes: CeleryNodes, client: tenure.Client, election: str, out: Path) -> FailOver:
+    """SIGKILL the leader of ``election`` and wait for a tick of the next term."""
+    killed, term = nodes.leader(client, election)
+    at = time.time()
+    nodes.nodes[killed].kill()
+    successor, new_term = nodes.leader(client, election, not_term=term)
+    first: list[Tick] = []
+
+    def ticked() -> bool:
+        first[:] = [tick for tick in read_ticks(out) if tick.term == new_term][:1]
+        return bool(first)
+
+    wait_until(ticked, 60.0, f"a tick of term {new_term}")
+    return FailOver(killed, successor, new_term, first[0].ran - at)
 
 
 def wait_until(ready: Callable[[], bool], timeout: float, what: str) -> None:
