@@ -53,6 +53,7 @@ def main() -> None:
             history = client.history(f"{ELECTION}/tick")
         print("fire time     term  ran")
         for tick in ticks:
+            assert tick.slot is not None  # sent by LeaderScheduler
             late = tick.ran - tick.slot.timestamp()
             print(f"{tick.slot:%H:%M:%S}      {tick.term:<4}  {late:+.2f} s")
         twice = [slot for slot, n in Counter(t.slot for t in ticks).items() if n > 1]

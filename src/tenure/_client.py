@@ -162,24 +162,41 @@ class AsyncClient:
     # -- leader election ------------------------------------------------------------------
 
     async def campaign(
-        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+        self,
+        name: str,
+        value: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
     ) -> AsyncLeadership:
         """Wait to lead election ``name``, proclaiming ``value``; ``resign()`` to step down.
 
         The leadership's ``term`` is its fencing token: strictly greater than every earlier
         term. Loss reaches the code as for a lease (``lost``, ``on_lost``, ``check()``).
+        ``lock_delay``: as for ``acquire`` (the client's unless given).
         """
         timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
-        return await campaign(self._pool, name, value, ttl, timeout)
+        self.timing(ttl, lock_delay)
+        return await campaign(self._pool, name, value, ttl, timeout, lock_delay)
 
     def lead(
-        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+        self,
+        name: str,
+        value: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
     ) -> AsyncHold[AsyncLeadership]:
         """``async with client.lead(name, value) as leadership``: the body is cancelled if the
         leadership is lost; leaving the block resigns."""
         check_arguments(name, ttl, timeout, self.drift, self.margin)
+        self.timing(ttl, lock_delay)
         check_value(value)
-        return AsyncHold(lambda: self.campaign(name, value, ttl, timeout=timeout))
+        return AsyncHold(
+            lambda: self.campaign(name, value, ttl, timeout=timeout, lock_delay=lock_delay)
+        )
 
     async def leader(self, name: str) -> Leader | None:
         """The current leader of election ``name`` (None if nobody leads)."""

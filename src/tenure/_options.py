@@ -64,6 +64,13 @@ class LockKeywords(TypedDict, total=False):
     lock_delay: float | None
 
 
+class CampaignKeywords(TypedDict, total=False):
+    """The keywords of ``campaign`` and ``lead`` beside the name, value and TTL."""
+
+    timeout: float | None
+    lock_delay: float | None
+
+
 class DecoratorLockKeywords(TypedDict, total=False):
     """The keywords of ``exclusive`` beside the name and TTL (``wait`` is False by default)."""
 

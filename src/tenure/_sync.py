@@ -22,6 +22,7 @@ from ._loop_thread import LoopThread
 from ._once import AsyncRun, Slot, check_policy, check_slot, one_line
 from ._options import (
     DEFAULT_TTL,
+    CampaignKeywords,
     ClientOptions,
     ConnectKeywords,
     DecoratorLockKeywords,
@@ -253,17 +254,18 @@ class Client:
     # -- leader election ------------------------------------------------------------------
 
     def campaign(
-        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, **options: Unpack[CampaignKeywords]
     ) -> Leadership:
-        """Wait to lead election ``name``; see ``AsyncClient.campaign``."""
-        return Leadership(self._call(self._async.campaign, name, value, ttl, timeout=timeout), self)
+        """Wait to lead election ``name``; see ``AsyncClient.campaign`` (``timeout=None``,
+        ``lock_delay=None``)."""
+        return Leadership(self._call(self._async.campaign, name, value, ttl, **options), self)
 
     @contextmanager
     def lead(
-        self, name: str, value: str, ttl: float = DEFAULT_TTL, *, timeout: float | None = None
+        self, name: str, value: str, ttl: float = DEFAULT_TTL, **options: Unpack[CampaignKeywords]
     ) -> Iterator[Leadership]:
         """``with client.lead(name, value) as leadership``: resigns on exit; raises if lost."""
-        leadership = self.campaign(name, value, ttl, timeout=timeout)
+        leadership = self.campaign(name, value, ttl, **options)
         with self._hold(leadership):
             yield leadership
 

@@ -135,3 +135,21 @@ def test_bad_lock_delays_are_refused(store_url: str, delay: object) -> None:
         tenure.connect(store_url, lock_delay=delay)  # type: ignore[arg-type]
     with tenure.connect(store_url) as client, pytest.raises(tenure.InvalidArgument):
         client.lock("x", ttl=5, lock_delay=delay)  # type: ignore[arg-type]
+
+
+@pytest.mark.offers("elections")
+async def test_a_campaign_may_hold_nothing_back(store_url: str) -> None:
+    """``campaign(lock_delay=0)`` (Celery beat's: each of its sends is a claim of its own): a
+    leader that dies frees the election once the store ends its session, whatever the
+    client's lock-delay."""
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty, lock_delay=DELAY) as a, tenure.connect_async(store_url) as b:
+        first = await a.campaign("no-delay", "a", ttl=1, lock_delay=0)
+        faulty.hang_keep_alive = True
+        await _wait_until_freed(b, "no-delay")
+        assert await b.held_back("no-delay") == []
+        second = await b.campaign("no-delay", "b", ttl=5, timeout=DELAY / 2)
+        assert second.term > first.term
+        await second.resign()
+    with tenure.connect(store_url) as client, pytest.raises(tenure.InvalidArgument):
+        client.campaign("x", "v", ttl=5, lock_delay=-1)

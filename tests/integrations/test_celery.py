@@ -61,7 +61,7 @@ def lines(nodes: CeleryNodes, kind: str) -> list[list[str]]:
 
 def ticks(nodes: CeleryNodes) -> list[tuple[datetime, int]]:
     """(slot, term) of every tick the worker ran, in the order it ran them."""
-    return [(tick.slot, tick.term) for tick in read_ticks(Path(nodes.env["OUT"]))]
+    return [(tick.slot, tick.term) for tick in read_ticks(Path(nodes.env["OUT"])) if tick.slot]
 
 
 def wait_for_ticks(nodes: CeleryNodes, count: int, term: int | None = None) -> None:

@@ -34,7 +34,7 @@ import celery.beat
 import celery.schedules
 
 import tenure
-from tenure._errors import InvalidArgument, LeaseLost, NotAcquired, TenureError
+from tenure import InvalidArgument, LeaseLost, NotAcquired, TenureError
 from tenure._names import check_name
 
 from ._connection import client_for, store_url
@@ -51,6 +51,9 @@ FOLLOWER_WAIT = 5.0
 RETRY = 0.5
 """Seconds before a leader looks again at a fire time it could not send: claimed by a former
 leader whose slot lease has not ended yet, or refused by the broker."""
+CLAIM_TTL = 2.0
+"""The lease of a slot's claim, which spans one send (renewed if the broker is slow): a leader
+that dies holding one holds that fire time back for this, plus its lock-delay (as long)."""
 UTC = timezone.utc
 
 
@@ -162,9 +165,11 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
 
     def setup_schedule(self) -> None:
         super().setup_schedule()
-        for entry in self.schedule.values():  # a bad name or policy stops beat at its start
-            check_name(self.settings.job(entry.name))
+        settings = self.settings  # a bad setting, name or policy stops beat at its start
+        for entry in self.schedule.values():
+            check_name(settings.job(entry.name))
             self.catch_up_of(entry)
+        self.client  # noqa: B018 - and so does a store without elections or records
 
     def catch_up_of(self, entry: Any) -> CatchUp:
         return check_catch_up(entry.options.get(CATCH_UP_OPTION, self.settings.catch_up))
@@ -201,8 +206,15 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
             self._leadership = None
         value = f"{socket.gethostname()} pid {os.getpid()}"
         try:
+            # No lock-delay on the term: what a paused former leader could still be sending is
+            # a slot it claimed, and the slot's own lock holds that back. So a fail-over takes
+            # one TTL, not two.
             leadership = self.client.campaign(
-                self.settings.election, value, self.settings.ttl, timeout=FOLLOWER_WAIT
+                self.settings.election,
+                value,
+                self.settings.ttl,
+                timeout=FOLLOWER_WAIT,
+                lock_delay=0,
             )
         except NotAcquired:
             return None
@@ -247,20 +259,23 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
             fires = due_fires(entry.schedule, self._last[entry.name], now)
             if fires:
                 self._last[entry.name] = fires[-1]
-            pending = self._pending[entry.name]
-            pending.extend(fires)
-            while pending:
-                if not self.send(entry, pending[0], leadership):
-                    wait = RETRY
-                    break
-                pending.pop(0)
+            # A fire time not sent now (claimed by a dead leader, the broker down) waits for
+            # the next look; the later ones go on meanwhile.
+            pending = [
+                f
+                for f in [*self._pending[entry.name], *fires]
+                if not self.send(entry, f, leadership)
+            ]
+            self._pending[entry.name] = pending
+            if pending:
+                wait = RETRY
             wait = min(wait, seconds_until_due(entry.schedule, self._last[entry.name], now))
         return wait
 
     def send(self, entry: Any, fire: datetime, leadership: tenure.Leadership) -> bool:
         """Claim the fire time's slot and send its task: true if it is sent (here or before)."""
         slot = slot_key(fire)
-        run = self.client.claim(self.settings.job(entry.name), slot, self.settings.ttl)
+        run = self.client.claim(self.settings.job(entry.name), slot, CLAIM_TTL)
         if not run:
             # "running": a former leader claimed it and its slot lease has not ended; it may
             # still record it. Look again soon: at-least-once claims it once the lease ends.

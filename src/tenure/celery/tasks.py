@@ -23,7 +23,7 @@ import celery
 from celery.exceptions import Ignore
 
 import tenure
-from tenure._errors import InvalidArgument
+from tenure import InvalidArgument
 
 from ._connection import client_for
 

@@ -99,7 +99,8 @@ class CeleryNodes:
 class Tick:
     """One run of a beat-sent task, as the example app notes it: ``tick <slot> <term> <time>``."""
 
-    slot: datetime
+    slot: datetime | None
+    """The fire time (the ``tenure_slot`` header); None if another scheduler sent it."""
     term: int
     ran: float
     """Wall-clock time the worker ran it."""
@@ -108,7 +109,7 @@ class Tick:
 def read_ticks(path: Path) -> list[Tick]:
     """Every tick in ``path``, in the order the workers ran them."""
     return [
-        Tick(datetime.fromisoformat(slot), int(term), float(ran))
+        Tick(None if slot == "-" else datetime.fromisoformat(slot), int(term), float(ran))
         for kind, slot, term, ran in (line.split() for line in path.read_text().splitlines())
         if kind == "tick"
     ]
