@@ -18,8 +18,9 @@ from ._errors import (
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
 from ._partitions import AsyncMember, PartitionChange
+from ._semaphore import AsyncPermit
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
-from ._sync import Client, Leadership, Lease, Member, Run, connect
+from ._sync import Client, Leadership, Lease, Member, Permit, Run, connect
 from ._values import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "AsyncLeadership",
     "AsyncLease",
     "AsyncMember",
+    "AsyncPermit",
     "AsyncRun",
     "Capabilities",
     "Client",
@@ -45,6 +47,7 @@ __all__ = [
     "NotAcquired",
     "Owner",
     "PartitionChange",
+    "Permit",
     "Run",
     "Skipped",
     "Slot",

@@ -24,6 +24,7 @@ from ._once import AsyncOnce, AsyncRun, Policy, Slot, check_policy, check_slot, 
 from ._options import DEFAULT_TTL, ClientOptions, ConnectKeywords, Unpack
 from ._partitions import AsyncMember, bell_lock, check_group, check_items, check_weight
 from ._pool import SessionPool
+from ._semaphore import AsyncPermit, acquire_permit, check_semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, HeldBack, LockInfo, Owner
 from .stores._spi import Store, elections_of
@@ -142,6 +143,50 @@ class AsyncClient:
         return AsyncHold(
             lambda: self.acquire(
                 name, ttl, wait=wait, timeout=timeout, on_wait=on_wait, lock_delay=lock_delay
+            )
+        )
+
+    # -- semaphores ------------------------------------------------------------------------
+
+    async def acquire_permit(
+        self,
+        name: str,
+        permits: int,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncPermit:
+        """One of ``permits`` permits of semaphore ``name``, in arrival order; release it with
+        ``await permit.release()``. A permit is a lease on one slot: its ``token`` grows per
+        slot, so fence by (``permit.name``, ``permit.token``). ``NotAcquired`` as for
+        ``acquire``. See ``tenure._semaphore`` (also for changing ``permits``)."""
+        timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
+        permits = check_semaphore(name, permits)
+        self.timing(ttl, lock_delay)
+        return await acquire_permit(
+            self._pool, name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
+        )
+
+    def semaphore(
+        self,
+        name: str,
+        permits: int,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncHold[AsyncPermit]:
+        """``async with client.semaphore(name, 3) as permit``: at most 3 holders at a time; the
+        body is cancelled if the permit is lost; leaving the block releases it."""
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
+        check_semaphore(name, permits)
+        self.timing(ttl, lock_delay)
+        return AsyncHold(
+            lambda: self.acquire_permit(
+                name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
             )
         )
 

@@ -1,5 +1,6 @@
 """The docs' store table, made from the stores' capabilities (never typed by hand): what each
-declares, and what is derived from the calls it implements (elections, records).
+declares, and what is derived from the calls it implements (elections, records); semaphores
+are a recipe over locks, so every store has them, with its waiters' order.
 
 python -m tenure._docs      # prints the table that README.md must contain
 """
@@ -22,6 +23,7 @@ COLUMNS = (
     "woken by the store",
     "elections",
     "records",
+    "semaphores",
 )
 
 
@@ -44,6 +46,8 @@ def store_table() -> str:
             _yes(caps.native_wait),
             _yes(caps.elections),
             _yes(caps.records),
+            # A recipe over locks: every store; in arrival order where its waiters are.
+            "yes" if caps.fair else "yes, not in arrival order",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

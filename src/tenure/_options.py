@@ -64,6 +64,14 @@ class LockKeywords(TypedDict, total=False):
     lock_delay: float | None
 
 
+class PermitKeywords(TypedDict, total=False):
+    """The keywords of ``acquire_permit`` and ``semaphore`` beside the name, count and TTL."""
+
+    wait: bool
+    timeout: float | None
+    lock_delay: float | None
+
+
 class CampaignKeywords(TypedDict, total=False):
     """The keywords of ``campaign`` and ``lead`` beside the name, value and TTL."""
 

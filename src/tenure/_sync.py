@@ -29,9 +29,11 @@ from ._options import (
     LockKeywords,
     OnceKeywords,
     PartitionKeywords,
+    PermitKeywords,
     Unpack,
 )
 from ._partitions import AsyncMember, PartitionChange
+from ._semaphore import AsyncPermit, check_semaphore
 from ._values import Capabilities, HeldBack, LockInfo
 
 T = TypeVar("T")
@@ -77,6 +79,16 @@ class Lease:
 
     def release(self) -> None:
         self._client._call(self._inner.release)
+
+
+class Permit(Lease):
+    """A sync view of a semaphore's permit: a lease on one slot (see ``AsyncPermit``)."""
+
+    _inner: AsyncPermit
+
+    semaphore = property(lambda self: self._inner.semaphore)
+    slot = property(lambda self: self._inner.slot)
+    permits = property(lambda self: self._inner.permits)
 
 
 class Leadership(Lease):
@@ -203,7 +215,7 @@ class Client:
         return self._thread.call(func, *args, on_late=self._undo, **kwargs)
 
     def _undo(self, late: object) -> None:
-        if isinstance(late, AsyncLease):
+        if isinstance(late, AsyncLease):  # a permit or a leadership too
             self._call(late.release)
         elif isinstance(late, AsyncRun):
             self._call(late.abandon)
@@ -242,6 +254,32 @@ class Client:
         def hold() -> Iterator[Lease]:
             with client._hold(client.acquire(name, ttl, **options)) as held:
                 yield held
+
+        return hold()
+
+    # -- semaphores ------------------------------------------------------------------------
+
+    def acquire_permit(
+        self, name: str, permits: int, ttl: float = DEFAULT_TTL, **options: Unpack[PermitKeywords]
+    ) -> Permit:
+        """One of ``permits`` permits of semaphore ``name``; release with ``permit.release()``.
+        See ``AsyncClient.acquire_permit`` (``wait=True``, ``timeout=None``, ``lock_delay``)."""
+        return Permit(self._call(self._async.acquire_permit, name, permits, ttl, **options), self)
+
+    def semaphore(
+        self, name: str, permits: int, ttl: float = DEFAULT_TTL, **options: Unpack[PermitKeywords]
+    ) -> AbstractContextManager[Permit]:
+        """``with client.semaphore(name, 3) as permit``: released on exit; raises if lost."""
+        check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
+        check_semaphore(name, permits)
+        self._async.timing(ttl, options.get("lock_delay"))
+        client = self
+
+        @contextmanager
+        def hold() -> Iterator[Permit]:
+            permit = client.acquire_permit(name, permits, ttl, **options)
+            with client._hold(permit):
+                yield permit
 
         return hold()
 

@@ -667,3 +667,49 @@ def test_check_all_reports_the_partition_checks_gated() -> None:
     assert counts["item-overlap"] == 1 and counts["stale-item-write"] == 1
     assert counts["item-ownerless"] == 0 and counts["stale-token"] == 0
     assert {"item-overlap", "stale-item-write", "item-ownerless"} <= set(GATED)
+
+
+# --- semaphores -----------------------------------------------------------------------------
+
+
+def permit(process: str, slot: int, token: int, granted: float, deadline: float) -> list[Event]:
+    name = f"semaphore/S/{slot}"
+    return [
+        Event(granted - 0.01, process, "acquire", "invoke", value={"semaphore": "S"}),
+        Event(granted, process, "acquire", "ok", token=token,
+              value={"name": name, "deadline": deadline}),
+    ]  # fmt: skip
+
+
+SEMAPHORE_LOG = ResourceLog("semaphore", [], {"slot-0": 0, "slot-1": 0}, {"permits": 2})
+
+
+def test_two_permits_held_at_once_are_fine_and_a_third_bites() -> None:
+    from tenure.testing.chaos.checkers import check_permit_overlap
+
+    two = history(
+        permit("w1", 0, 1, 0.0, 9.0), permit("w2", 1, 1, 1.0, 9.0),
+        op(3.0, "w1", "release", 1), permit("w3", 0, 2, 3.0, 9.0),  # w1's slot, after it
+    )  # fmt: skip
+    assert check_permit_overlap(two, SEMAPHORE_LOG) == []
+    three = history(two[:4], permit("w3", 0, 2, 2.0, 9.0), op(3.0, "w1", "release", 1))
+    [finding] = check_permit_overlap(three, SEMAPHORE_LOG)
+    assert finding.check == "permit-overlap" and finding.gated
+    assert set(finding.processes) == {"w1", "w2", "w3"} and "3 workers" in finding.message
+    assert check_all(three, SEMAPHORE_LOG) and checks(check_all(two, SEMAPHORE_LOG)) == []
+
+
+def test_a_permit_ends_at_its_holders_deadline() -> None:
+    """A holder paused past its deadline still believes, but may not act: not a third holder."""
+    from tenure.testing.chaos.checkers import check_permit_overlap, permit_windows
+
+    paused = history(
+        permit("w1", 0, 1, 0.0, 2.0), permit("w2", 1, 1, 0.5, 9.0),
+        permit("w3", 0, 2, 3.0, 9.0),  # slot 0 again, once w1's deadline passed
+        op(5.0, "w1", "release", 1),
+    )  # fmt: skip
+    assert check_permit_overlap(paused, SEMAPHORE_LOG) == []
+    w1 = next(w for w in permit_windows(paused) if w.process == "w1")
+    assert w1.end == 2.0
+    renewed = history(paused, write_ok(1.9, "w1", 1, item="slot-0", deadline=4.0))
+    assert checks(check_permit_overlap(renewed, SEMAPHORE_LOG)) == ["permit-overlap"]

@@ -12,6 +12,7 @@ import click
 import tenure
 
 from .._names import check_name
+from .._semaphore import PREFIX
 from .._values import HeldBack, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
@@ -44,6 +45,28 @@ def table(infos: list[LockInfo], held: Sequence[HeldBack] = ()) -> str:
         (shown(h.name), str(h.token or "-"), "held back (lock-delay)", free(h), "-") for h in held
     ]
     return columns(rows)
+
+
+def semaphores(infos: list[LockInfo]) -> list[str]:
+    """A line per semaphore in use: its held slots, and how many wait (the gate's holder waits
+    at the head of the line, the gate's waiters behind it)."""
+    slots: dict[str, list[int]] = {}
+    waiting: dict[str, int] = {}
+    for info in infos:
+        rest = info.name.removeprefix(PREFIX)
+        if rest == info.name or "/" not in rest:
+            continue
+        name, _, part = rest.rpartition("/")
+        if part == "queue":
+            waiting[name] = waiting.get(name, 0) + 1 + info.waiters
+        elif part.isdigit():
+            slots.setdefault(name, []).append(int(part))
+    return [
+        f"semaphore {shown(name)!r}: {len(slots.get(name, []))} permit(s) held"
+        f" (slots {', '.join(map(str, sorted(slots.get(name, [])))) or '-'}),"
+        f" {waiting.get(name, 0)} waiting"
+        for name in sorted(set(slots) | set(waiting))
+    ]
 
 
 def free(held: HeldBack) -> str:
@@ -117,6 +140,8 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
             click.echo(held_back_line(held[0]) if held else f"lock {name!r} is not held")
     else:
         click.echo(table(infos, held) if infos or held else "no locks held")
+        for line in semaphores(infos):
+            click.echo(line)
     return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
 
 

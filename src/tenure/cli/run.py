@@ -25,6 +25,7 @@ import tenure
 from .._child import FORWARDED, CommandError, resolve_command, running
 from .._lock import check_arguments
 from .._names import check_label
+from .._semaphore import check_semaphore
 from .._state import Timing
 from .._stopby import Cause
 from .._url import Grade
@@ -134,6 +135,14 @@ def _check_inputs(
     metavar="S",
     help="Give up waiting after S seconds (exit 75). Default: wait as long as it takes.",
 )
+@click.option(
+    "--permits",
+    type=int,
+    default=None,
+    metavar="N",
+    help="NAME is a semaphore: run while holding one of its N permits (at most N commands at"
+    " once, in arrival order). TENURE_LOCK is then the permit's slot, the key of its token.",
+)
 @lease_options(
     ttl="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
     label="A label shown to waiters and by 'tenure ls'.",
@@ -145,6 +154,7 @@ def run(
     ttl: float,
     wait: bool,
     timeout: float | None,
+    permits: int | None,
     grace: float | None,
     lock_delay: float | None,
     store: str | None,
@@ -162,6 +172,8 @@ def run(
     the session is gone: SIGKILL at once).
     """
     grace_s = _check_inputs(name, ttl, timeout, grace, label, lock_delay)
+    if permits is not None:
+        check_semaphore(name, permits)
     try:
         resolve_command(command[0])
     except CommandError as exc:
@@ -170,8 +182,9 @@ def run(
     try:
         with _signals_interrupt():
             return _locked_run(
-                name, command, ttl, wait, timeout, grace_s, lock_delay, store, require, label, quiet
-            )
+                name, command, ttl, wait, timeout, grace_s, lock_delay, store, require, label,
+                quiet, permits,
+            )  # fmt: skip
     except Interrupted as exc:
         what = signal.Signals(exc.signum).name
         if not quiet:
@@ -191,29 +204,61 @@ def _locked_run(
     require: Grade | None,
     label: str,
     quiet: bool,
+    permits: int | None = None,
 ) -> int:
     client = open_client(store, label, require, quiet, lock_delay)
     try:
         on_wait = None if quiet or not wait else WaitReporter(name)
+        extra_env: dict[str, str] = {}
         try:
-            lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+            if permits is None:
+                lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+            else:
+                permit = _permit(client, name, permits, ttl, wait, timeout, quiet)
+                extra_env.update(TENURE_SEMAPHORE=name, TENURE_PERMIT=str(permit.slot))
+                lease = permit
         except tenure.NotAcquired as exc:
-            if not quiet:
+            how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
+            if not quiet and permits is not None:
+                click.echo(
+                    f"tenure: no permit of {name!r} acquired ({how}): all {permits} are held",
+                    err=True,
+                )
+            elif not quiet:
                 holder = exc.holder
                 who = (
                     f"held by {describe(holder)}"
                     if holder is not None
                     else "held back by lock-delay, or others are ahead in the queue"
                 )
-                how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
                 click.echo(f"tenure: lock {name!r} not acquired ({how}): {who}", err=True)
             return EXIT_BUSY
         try:
-            return _supervise(lease, command, child_url(store, client), grace).code
+            return _supervise(lease, command, child_url(store, client), grace, extra_env).code
         finally:
             lease.release()
     finally:
         client.close()
+
+
+def _permit(
+    client: tenure.Client,
+    name: str,
+    permits: int,
+    ttl: float,
+    wait: bool,
+    timeout: float | None,
+    quiet: bool,
+) -> tenure.Permit:
+    """One permit of semaphore ``name``; one stderr line if it has to wait for it."""
+    try:
+        return client.acquire_permit(name, permits, ttl, wait=False)
+    except tenure.NotAcquired:
+        if not wait:
+            raise
+    if not quiet:
+        click.echo(f"tenure: waiting for one of the {permits} permits of {name!r}", err=True)
+    return client.acquire_permit(name, permits, ttl, timeout=timeout)
 
 
 EXIT_FOR = {Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE}

@@ -31,7 +31,7 @@ from .history import (
     lease_windows,
     targets_of,
 )
-from .resource import PARTITION
+from .resource import PARTITION, PER_ITEM, SEMAPHORE
 
 LOST_UPDATE = "lost-update"
 STALE_TOKEN = "stale-token"
@@ -45,6 +45,7 @@ WORK_OVERLAP = "work-overlap"
 ITEM_OVERLAP = "item-overlap"
 STALE_ITEM_WRITE = "stale-item-write"
 ITEM_OWNERLESS = "item-ownerless"
+PERMIT_OVERLAP = "permit-overlap"
 OWNERLESS_SLACK = 1.0
 """Seconds, on top of TTL + lock-delay + TTL/3, within which every item of a ``partition`` run
 must be owned again once a fault heals: a member re-reads the group at least every TTL/3, and
@@ -69,6 +70,8 @@ CHECKS: dict[str, str] = {
     STALE_ITEM_WRITE: "an item's counter accepted a token lower than one it had already accepted",
     ITEM_OWNERLESS: "an item had no owner for longer than TTL + lock-delay + TTL/3 + 1 s after a"
     " fault healed (or was never owned)",
+    PERMIT_OVERLAP: "more workers than permits held a permit of the semaphore at the same time"
+    " (before their deadlines)",
     BELIEF_OVERLAP: "diagnostic: two workers believed they held one lock at the same time",
 }
 DIAGNOSTICS = frozenset({BELIEF_OVERLAP})
@@ -91,6 +94,7 @@ def check_all(
         *check_item_overlap(history),
         *check_stale_item_writes(resource),
         *check_item_ownerless(history, resource),
+        *check_permit_overlap(history, resource),
     ]
 
 
@@ -118,7 +122,7 @@ def check_lost_updates(history: Sequence[Event], resource: ResourceLog) -> list[
         return _set_lost_elements(history, resource)
     if resource.workload in ("election", "run"):
         return []  # an append-only log, or no shared state: nothing to overwrite
-    if resource.workload == PARTITION:
+    if resource.workload in PER_ITEM:
         return _item_lost_updates(resource)
     raise ValueError(f"unknown workload {resource.workload!r}")
 
@@ -231,7 +235,7 @@ def _acknowledged_writes(history: Iterable[Event], key: str) -> Iterator[Event]:
 def check_stale_tokens(resource: ResourceLog) -> list[Finding]:
     """The fence must refuse a token lower than one it already accepted (for an election log the
     token is the term)."""
-    if resource.workload == PARTITION:
+    if resource.workload in PER_ITEM:
         return []  # a token per item: `check_stale_item_writes`
     findings: list[Finding] = []
     highest: Accepted | None = None
@@ -645,8 +649,9 @@ def check_item_overlap(history: Sequence[Event]) -> list[Finding]:
 
 def check_stale_item_writes(resource: ResourceLog) -> list[Finding]:
     """Per item, the resource must refuse a token lower than one it already accepted for that
-    item (`check_stale_tokens`, one item at a time)."""
-    if resource.workload != PARTITION:
+    item (`check_stale_tokens`, one item at a time). For a semaphore the items are its slots:
+    two holders of one permit acted, so more than ``permits`` at once."""
+    if resource.workload not in PER_ITEM:
         return []
     findings: list[Finding] = []
     highest: dict[str, Accepted] = {}
@@ -743,3 +748,59 @@ def _gaps(windows: Sequence[ItemWindow], stop: float) -> Iterator[tuple[float, f
         covered = max(covered, window.end)
     if covered < stop:
         yield covered, stop
+
+
+# --- semaphores ---------------------------------------------------------------------------
+
+
+def permit_windows(history: Sequence[Event]) -> list[LeaseWindow]:
+    """Each permit's window of a ``semaphore`` run: its belief (`lease_windows`) cut at the
+    latest deadline its holder recorded for it (at the grant, then with each read and write):
+    rule 3 says a holder acts only before it, and the store may grant the slot again after."""
+    deadlines: dict[tuple[str, int], float] = {}
+    for e in history:
+        deadline = e.value.get("deadline") if isinstance(e.value, dict) else None
+        if e.token is not None and isinstance(deadline, (int, float)):
+            key = (e.process, e.token)
+            deadlines[key] = max(deadlines.get(key, -math.inf), float(deadline))
+    windows = []
+    for w in lease_windows(history):
+        deadline = deadlines.get((w.process, w.token if w.token is not None else -1), w.end)
+        end = max(w.start, min(w.end, deadline))
+        windows.append(LeaseWindow(w.name, w.process, w.token, w.start, end, w.ended_by))
+    return windows
+
+
+def check_permit_overlap(history: Sequence[Event], resource: ResourceLog) -> list[Finding]:
+    """Never more permit windows open at once than the semaphore has permits."""
+    if resource.workload != SEMAPHORE:
+        return []
+    permits = int(resource.settings["permits"])
+    edges = sorted(
+        (
+            (t, step, w)
+            for w in permit_windows(history)
+            if w.end > w.start
+            for t, step in ((w.start, 1), (w.end, -1))
+        ),
+        key=lambda edge: (edge[0], edge[1]),
+    )  # at one instant an end (-1) sorts before a start: touching windows do not overlap
+    findings: list[Finding] = []
+    open_: dict[int, LeaseWindow] = {}
+    for t, step, window in edges:
+        if step < 0:
+            open_.pop(id(window), None)
+            continue
+        open_[id(window)] = window
+        if len(open_) > permits:
+            held = sorted(open_.values(), key=lambda w: w.start)
+            findings.append(
+                Finding(
+                    PERMIT_OVERLAP,
+                    f"{len(held)} workers held permits at once ({permits} permits): "
+                    + ", ".join(f"{w.process} {w.name!r} token {w.token}" for w in held),
+                    t=t,
+                    processes=_unique(*(w.process for w in held)),
+                )
+            )
+    return findings

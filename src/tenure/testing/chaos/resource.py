@@ -16,7 +16,8 @@ is when they worked (each child's work file, `history.read_work`).
 The ``partition`` workload keeps one counter per item of the group (table ``items``), each
 behind its own fence (resource ``item/<item>``), so a write is judged by that item's token; its
 ``meta`` also holds the run's items, TTL and lock-delay, which the ``item-ownerless`` checker
-needs.
+needs. The ``semaphore`` workload keeps one such counter per permit slot (``slot-<i>``): a
+permit's token is its slot's, and its ``meta`` holds the permits.
 
 The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
 file then only names the workload, and the store's URL is needed to create and read it.
@@ -43,13 +44,24 @@ RESOURCE = "resource"  # the fence's resource name
 GUARDED = "guarded"  # the workload whose counter lives in the store
 RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker`)
 PARTITION = "partition"  # members of a partition group, one fenced counter per item
-WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION)
+SEMAPHORE = "semaphore"  # holders of a semaphore's permits, one fenced counter per slot
+PER_ITEM = (PARTITION, SEMAPHORE)  # the workloads whose resource is one counter per item
+WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION, SEMAPHORE)
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
 
 
 def partition_items(count: int) -> list[str]:
     """The items a ``partition`` run's group splits: ``item-0`` … ``item-<count-1>``."""
     return [f"item-{n}" for n in range(count)]
+
+
+def slot_item(slot: int) -> str:
+    """The item of a ``semaphore`` run that counts the writes of permit slot ``slot``."""
+    return f"slot-{slot}"
+
+
+def slot_items(permits: int) -> list[str]:
+    return [slot_item(n) for n in range(permits)]
 
 
 def item_resource(item: str) -> str:
@@ -75,7 +87,7 @@ def create_resource(
         db.execute("INSERT INTO meta VALUES ('workload', ?)", (workload,))
         for key, value in (settings or {}).items():
             db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-        if workload == PARTITION:
+        if workload in PER_ITEM:
             _create_items(db, (settings or {}).get("items", []))
         elif workload not in (GUARDED, RUN):
             _create_state(db, workload)
@@ -188,7 +200,7 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
             key: json.loads(value)
             for key, value in db.execute("SELECT key, value FROM meta WHERE key != 'workload'")
         }
-        if workload == PARTITION:
+        if workload in PER_ITEM:
             final: Any = json.dumps(dict(db.execute("SELECT item, value FROM items ORDER BY item")))
         else:
             (final,) = db.execute("SELECT value FROM state").fetchone()

@@ -37,7 +37,15 @@ from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
 from .processes import RunWorker, Stall, WorkerProcess, tenure_command
 from .report import Report, RunInfo, build_report
-from .resource import PARTITION, RUN, create_resource, partition_items, read_resource
+from .resource import (
+    PARTITION,
+    RUN,
+    SEMAPHORE,
+    create_resource,
+    partition_items,
+    read_resource,
+    slot_items,
+)
 from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
@@ -66,6 +74,8 @@ class Run:
     once a lease has expired (lock-delay only postpones that)."""
     items: int = 8
     """The ``partition`` workload: how many items the group splits."""
+    permits: int = 2
+    """The ``semaphore`` workload: how many permits its semaphore has."""
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
@@ -101,6 +111,8 @@ class Run:
         if self.workload == PARTITION:  # what the item-ownerless checker needs
             settings = {"items": partition_items(self.items), "ttl": self.ttl,
                         "lock_delay": self.effective_lock_delay}  # fmt: skip
+        elif self.workload == SEMAPHORE:  # what the permit-overlap checker needs
+            settings = {"items": slot_items(self.permits), "permits": self.permits}
         create_resource(resource, self.workload, self.store_url, settings)
         rng = random.Random(self.seed)
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
@@ -170,6 +182,8 @@ class Run:
                 LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
                 for s in checkers.work_spans(work)
             ]
+        elif self.workload == SEMAPHORE:  # each permit, to its deadline, in its holder's lane
+            bars = checkers.permit_windows(history)
         elif self.workload == PARTITION:  # what each member owned, in its lane
             bars = [
                 LeaseWindow(w.item, w.process, w.token, w.start, w.end, w.ended_by)
@@ -238,6 +252,7 @@ class Run:
             "--clock-rate", repr(self._clock_rate()),
             "--lock-delay", repr(self.effective_lock_delay),
             "--stall-file", str(history_dir / f"{name}.stall"), "--items", str(self.items),
+            "--permits", str(self.permits),
         ]  # fmt: skip
         if not self.fenced:
             argv.append("--unfenced")

@@ -27,6 +27,9 @@ partition each worker is a member of one partition group (``--lock`` names it) s
           counter, thinks (up to ``--think`` / 5), writes it + 1, each access fenced by that
           item's own token (``--unfenced``: without it). One thread consumes the changes, one
           writes; a write under way finishes before a leaving or lost item is let go.
+semaphore each worker takes one of ``--permits`` permits of a semaphore (``--lock`` names it;
+          ``client.acquire_permit``), reads its slot's counter, thinks, writes it + 1, fenced
+          by the permit's token, which is its slot's (``--unfenced``: without it).
 guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
           only while the store still says the token holds the lock, checked in the write's own
           transaction (``--unfenced``: the same write without that check).
@@ -57,7 +60,15 @@ from ...stores._spi import Store
 from ..faults import FaultyStore
 from .history import Recorder
 from .ownership import Ownership, one_line
-from .resource import GUARDED, PARTITION, WORKLOADS, Resource, partition_items
+from .resource import (
+    GUARDED,
+    PARTITION,
+    SEMAPHORE,
+    WORKLOADS,
+    Resource,
+    partition_items,
+    slot_item,
+)
 
 if TYPE_CHECKING:
     from .guards import Guard
@@ -221,13 +232,19 @@ class Worker:
 
     def acquire(self) -> tenure.Lease | None:
         name = self.args.lock
-        self.rec.record("acquire", "invoke", value={"name": name})
+        semaphore = self.args.workload == SEMAPHORE
+        # A permit's lock is its slot's, known only once granted: the ok names it.
+        self.rec.record("acquire", "invoke", value={"semaphore" if semaphore else "name": name})
         timeout = max(0.1, self.until - time.monotonic())
         try:
             lease: tenure.Lease
             if self.args.workload == "election":  # a campaign: the term is the token
                 lease = self.client.campaign(
                     name, self.args.process, self.args.ttl, timeout=timeout
+                )
+            elif semaphore:
+                lease = self.client.acquire_permit(
+                    name, self.args.permits, self.args.ttl, timeout=timeout
                 )
             else:
                 lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
@@ -238,12 +255,17 @@ class Worker:
             self.rec.record("acquire", "fail", error=one_line(exc))
             time.sleep(min(self.args.ttl / 3, 0.5))
             return None
-        deadline = time.monotonic() + lease.remaining() / self.clock.rate
         self.rec.record(
-            "acquire", "ok", token=lease.token, value={"name": name, "deadline": deadline}
-        )
+            "acquire", "ok", token=lease.token,
+            value={"name": lease.name, "deadline": self.deadline(lease)},
+        )  # fmt: skip
         lease.on_lost(lambda lost: self._lost(lost))
         return lease
+
+    def deadline(self, lease: tenure.Lease) -> float:
+        """The lease's deadline on the host's monotonic clock (the checkers' clock): in the
+        past once it has passed (``remaining()`` would say now)."""
+        return time.monotonic() + (float(lease.deadline) - self.clock.now()) / self.clock.rate
 
     def _lost(self, lease: tenure.Lease) -> None:
         self.rec.record("lost", "info", token=lease.token, error=lease.lost_reason)
@@ -293,6 +315,20 @@ class Worker:
             "write", token, data, lambda: self.resource.write(token, [*elements, element], data)
         )
 
+    def step_semaphore(self, lease: tenure.Lease) -> None:
+        """The counter step on the permit's slot's counter, by the slot's token. Each read and
+        write records the deadline then, for the ``permit-overlap`` checker."""
+        assert isinstance(lease, tenure.Permit)
+        token, item = lease.token, slot_item(lease.slot)
+        asked = {"item": item, "deadline": self.deadline(lease)}
+        value = self.op("read", token, asked, lambda: self.resource.read_item(token, item))
+        self.think()
+        data = {"item": item, "old": value, "new": value + 1}
+        self.op(
+            "write", token, {**data, "deadline": self.deadline(lease)},
+            lambda: self.resource.write_item(token, item, value + 1, data),
+        )  # fmt: skip
+
     def step_election(self, lease: tenure.Lease) -> None:
         # A leader appends a set number of entries (not "until a time"), so one paused between
         # two appends wakes up and appends again, as a real leader would.
@@ -316,6 +352,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--go", required=True)
     parser.add_argument("--lock", default="chaos")
     parser.add_argument("--items", type=int, default=8, help="the partition workload's items")
+    parser.add_argument("--permits", type=int, default=2, help="the semaphore workload's")
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--think", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,172 @@
+"""A semaphore: at most ``permits`` holders of one name at a time, each permit a lock of its own.
+
+Written once over the lock recipe, so it runs on every store. Permit slot ``i`` of semaphore
+``name`` is the lock ``semaphore/<name>/<i>``: the store's own mutual exclusion keeps each slot
+to one holder, so there are never more holders than slots below ``permits``, whatever else
+fails. Each grant's token is that slot lock's fencing token: it grows strictly per slot, and a
+resource fences a permit by the pair (``permit.name``, ``permit.token``) — the slot — not by
+the semaphore's name, since two holders of different slots hold tokens of different counters.
+
+Arrival order: a waiter first queues for the semaphore's gate, the lock
+``semaphore/<name>/queue`` (the store's queue is FIFO), and only the gate's holder looks for a
+slot: a free one at once, else it queues on every slot and takes the first the store grants it
+(woken by the store). A caller that does not wait skips the gate and takes a slot only if it
+is free with nobody queued on it. The gate protects no work: it holds nothing back after a
+holder dies (no lock-delay), and a stale gate holder costs order, never safety.
+
+Changing ``permits`` for a name in use: a grant takes a slot below its own ``permits``. So a
+lower count applies to new grants at once (holders of higher slots keep theirs until they
+release), a higher count lets its callers take the new slots, and with several counts in use
+at once there are at most as many holders as the largest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ._errors import InvalidArgument, NotAcquired
+from ._lease import AsyncLease
+from ._lock import acquire
+from ._names import MAX_NAME_BYTES, check_name
+
+if TYPE_CHECKING:
+    from ._pool import SessionPool
+
+MAX_PERMITS = 256
+"""A waiter at the head of the line queues on every slot: keep that bounded."""
+PREFIX = "semaphore/"
+
+
+class AsyncPermit(AsyncLease):
+    """One permit of a semaphore: a lease on one slot (its name and token are the slot's)."""
+
+    semaphore: str = ""
+    """The semaphore's name."""
+    slot: int = -1
+    """Which permit slot, 0 to ``permits - 1``."""
+    permits: int = 0
+    """The count this permit was asked with."""
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else "released" if self.released else "held"
+        return f"<Permit {self.slot} of {self.semaphore!r} token={self.token} {state}>"
+
+
+def check_permits(permits: object) -> int:
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise InvalidArgument(f"permits must be a whole number, got {permits!r}")
+    if not 1 <= permits <= MAX_PERMITS:
+        raise InvalidArgument(f"permits must be 1 to {MAX_PERMITS}, got {permits}")
+    return permits
+
+
+def check_semaphore(name: str, permits: object) -> int:
+    """The semaphore's name and count are fit, and so are its slots' names."""
+    check_name(name)
+    permits = check_permits(permits)
+    if len(slot_name(name, permits - 1).encode()) > MAX_NAME_BYTES:
+        raise InvalidArgument(f"semaphore name is too long for its permits: {name[:40]!r}…")
+    return permits
+
+
+def gate_name(name: str) -> str:
+    return f"{PREFIX}{name}/queue"
+
+
+def slot_name(name: str, slot: int) -> str:
+    return f"{PREFIX}{name}/{slot}"
+
+
+async def acquire_permit(
+    pool: SessionPool,
+    name: str,
+    permits: int,
+    ttl: float,
+    *,
+    wait: bool,
+    timeout: float | None,
+    lock_delay: float | None,
+) -> AsyncPermit:
+    """A permit of ``name``: ``NotAcquired`` if all are held and ``wait`` is False or
+    ``timeout`` passes (arguments already checked)."""
+    if not wait:
+        return await _free_slot(pool, name, permits, ttl, lock_delay)
+    give_up = None if timeout is None else pool.clock.now() + timeout
+    try:
+        gate: AsyncLease = await acquire(
+            pool, gate_name(name), ttl, wait=True, timeout=timeout, on_wait=None, lock_delay=0.0
+        )
+    except NotAcquired:
+        raise NotAcquired(f"semaphore {name!r}: others are ahead in line", None) from None
+    try:
+        try:
+            return await _free_slot(pool, name, permits, ttl, lock_delay)
+        except NotAcquired:
+            left = None if give_up is None else max(0.0, give_up - pool.clock.now())
+            return await _first_granted(pool, name, permits, ttl, left, lock_delay)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await gate.release()
+
+
+async def _free_slot(
+    pool: SessionPool, name: str, permits: int, ttl: float, lock_delay: float | None
+) -> AsyncPermit:
+    """A slot free now with nobody queued on it (the lowest), or ``NotAcquired``."""
+    for slot in range(permits):
+        try:
+            lease = await acquire(
+                pool, slot_name(name, slot), ttl, wait=False, timeout=None, on_wait=None,
+                make=AsyncPermit, lock_delay=lock_delay,
+            )  # fmt: skip
+        except NotAcquired:
+            continue
+        return _named(lease, name, slot, permits)
+    raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
+
+
+async def _first_granted(
+    pool: SessionPool,
+    name: str,
+    permits: int,
+    ttl: float,
+    timeout: float | None,
+    lock_delay: float | None,
+) -> AsyncPermit:
+    """Queue on every slot; keep the first grant, give back any other that came with it."""
+    granted: list[AsyncPermit] = []
+    try:
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            async with anyio.create_task_group() as group:
+
+                async def take(slot: int) -> None:
+                    lease = await acquire(
+                        pool, slot_name(name, slot), ttl, wait=True, timeout=None,
+                        on_wait=None, make=AsyncPermit, lock_delay=lock_delay,
+                    )  # fmt: skip
+                    granted.append(_named(lease, name, slot, permits))
+                    group.cancel_scope.cancel()  # the others leave their queues
+
+                for slot in range(permits):
+                    group.start_soon(take, slot)
+    except BaseException:  # cancelled from outside: nothing granted may stay held
+        await _give_back(granted)
+        raise
+    if not granted:
+        raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
+    await _give_back(granted[1:])
+    return granted[0]
+
+
+async def _give_back(permits: list[AsyncPermit]) -> None:
+    with anyio.CancelScope(shield=True):
+        for permit in permits:
+            await permit.release()
+
+
+def _named(lease: AsyncPermit, name: str, slot: int, permits: int) -> AsyncPermit:
+    lease.semaphore, lease.slot, lease.permits = name, slot, permits
+    return lease
