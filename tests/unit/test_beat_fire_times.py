@@ -64,3 +64,47 @@ def test_a_bad_catch_up_policy_is_one_clear_error() -> None:
     app.conf.tenure_beat_catch_up = "sometimes"
     with pytest.raises(tenure.InvalidArgument, match="catch-up policy must be one of"):
         LeaderScheduler(app)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "says"),
+    [("tenure_beat_ttl", "ten", "number of seconds"), ("tenure_beat_ttl", 0.001, "ttl")],
+)
+def test_bad_beat_settings_are_one_clear_error(setting: str, value: object, says: str) -> None:
+    app = celery.Celery("bad_settings")
+    app.conf[setting] = value
+    with pytest.raises(tenure.InvalidArgument, match=says):
+        LeaderScheduler(app)
+
+
+def test_a_store_error_half_way_loses_no_fire_time(
+    sqlite_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that fails (the store unreachable for a moment) leaves its fire time due: the
+    next tick sends it. In-process, with Celery's in-memory broker."""
+    import time
+
+    app = celery.Celery("store_error", broker="memory://")
+    app.conf.beat_schedule = {"tick": {"task": "store_error.tick", "schedule": 0.5}}
+    app.conf.tenure_store = sqlite_store_url
+    app.conf.tenure_beat_ttl = 2.0
+    scheduler = LeaderScheduler(app)
+    client = scheduler.client
+    scheduler.tick()  # leads; nothing due yet
+    claim = client.claim
+    failed: list[str] = []
+
+    def flaky(job: str, slot: str, *args: object, **kwargs: object) -> object:
+        if not failed:
+            failed.append(slot)
+            raise tenure.StoreUnavailable("the store is away for a moment")
+        return claim(job, slot, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client, "claim", flaky)
+    time.sleep(0.6)
+    assert scheduler.tick() > 0  # the claim failed: try again soon
+    time.sleep(0.1)
+    scheduler.tick()
+    done = {s.slot for s in client.history("celery-beat:store_error/tick") if s.state == "done"}
+    assert failed and failed[0] in done
+    scheduler.close()

@@ -35,6 +35,7 @@ import celery.schedules
 
 import tenure
 from tenure import InvalidArgument, LeaseLost, NotAcquired, TenureError
+from tenure._lock import check_arguments
 from tenure._names import check_name
 
 from ._connection import client_for, store_url
@@ -69,8 +70,11 @@ class BeatSettings:
     def of(cls, app: Any) -> BeatSettings:
         conf = app.conf
         election = str(conf.get("tenure_beat_election") or f"celery-beat:{app.main or 'celery'}")
-        ttl = float(conf.get("tenure_beat_ttl") or 10.0)
-        return cls(election, ttl, check_catch_up(conf.get("tenure_beat_catch_up") or "all"))
+        ttl = conf.get("tenure_beat_ttl") or 10.0
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+            raise InvalidArgument(f"tenure_beat_ttl must be a number of seconds, got {ttl!r}")
+        check_arguments(election, float(ttl), None)  # the election's name and the TTL
+        return cls(election, float(ttl), check_catch_up(conf.get("tenure_beat_catch_up") or "all"))
 
     def job(self, entry: str) -> str:
         return f"{self.election}/{entry}"
@@ -259,16 +263,17 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
             fires = due_fires(entry.schedule, self._last[entry.name], now)
             if fires:
                 self._last[entry.name] = fires[-1]
-            # A fire time not sent now (claimed by a dead leader, the broker down) waits for
-            # the next look; the later ones go on meanwhile.
-            pending = [
-                f
-                for f in [*self._pending[entry.name], *fires]
-                if not self.send(entry, f, leadership)
-            ]
-            self._pending[entry.name] = pending
-            if pending:
-                wait = RETRY
+            # Due fire times go into pending before any is sent, and leave it only once sent:
+            # a store or broker error half-way (it propagates to tick) loses none of them. One
+            # not sent now (claimed by a dead leader, the broker down) waits for the next look;
+            # the later ones go on meanwhile.
+            pending = self._pending[entry.name]
+            pending.extend(fires)
+            for fire in list(pending):
+                if self.send(entry, fire, leadership):
+                    pending.remove(fire)
+                else:
+                    wait = RETRY
             wait = min(wait, seconds_until_due(entry.schedule, self._last[entry.name], now))
         return wait
 
@@ -294,7 +299,18 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
             with suppress(TenureError):
                 run.abandon()
             return False
-        run.complete()
+        try:
+            run.complete()
+        except TenureError as exc:  # sent, but not recorded: let the slot's lock go
+            logger.warning(
+                "beat: sent %s for %s but could not record it (%s); a later leader may send it"
+                " again",
+                entry.name,
+                slot,
+                exc,
+            )
+            with suppress(TenureError):
+                run.abandon()
         logger.info(
             "beat: sent %s (%s) for %s, term %d", entry.name, entry.task, slot, leadership.term
         )
