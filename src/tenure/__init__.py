@@ -18,9 +18,10 @@ from ._errors import (
 from ._lease import AsyncLease
 from ._once import AsyncRun, Slot
 from ._partitions import AsyncMember, PartitionChange
+from ._rwlock import AsyncRWLease
 from ._semaphore import AsyncPermit
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
-from ._sync import Client, Leadership, Lease, Member, Permit, Run, connect
+from ._sync import Client, Leadership, Lease, Member, Permit, Run, RWLease, connect
 from ._values import Capabilities, HeldBack, LockInfo, Owner
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "AsyncLease",
     "AsyncMember",
     "AsyncPermit",
+    "AsyncRWLease",
     "AsyncRun",
     "Capabilities",
     "Client",
@@ -48,6 +50,7 @@ __all__ = [
     "Owner",
     "PartitionChange",
     "Permit",
+    "RWLease",
     "Run",
     "Skipped",
     "Slot",

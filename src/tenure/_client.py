@@ -24,6 +24,7 @@ from ._once import AsyncOnce, AsyncRun, Policy, Slot, check_policy, check_slot, 
 from ._options import DEFAULT_TTL, ClientOptions, ConnectKeywords, Unpack
 from ._partitions import AsyncMember, bell_lock, check_group, check_items, check_weight
 from ._pool import SessionPool
+from ._rwlock import DEFAULT_READERS, AsyncRWLease, acquire_read, acquire_write, check_readers
 from ._semaphore import AsyncPermit, acquire_permit, check_semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, HeldBack, LockInfo, Owner
@@ -188,6 +189,84 @@ class AsyncClient:
             lambda: self.acquire_permit(
                 name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
             )
+        )
+
+    # -- read-write locks ------------------------------------------------------------------
+
+    async def acquire_read(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        readers: int = DEFAULT_READERS,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncRWLease:
+        """A read lock of ``name``, shared with up to ``readers`` others and never with a
+        writer, in arrival order with the writers; release with ``await lease.release()``. Its
+        ``token`` is from one counter with the writers' (``SQLFence.admit_read``). See
+        ``tenure._rwlock``."""
+        timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
+        readers = check_readers(name, readers)
+        self.timing(ttl, lock_delay)
+        return await acquire_read(
+            self._pool, name, readers, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
+        )
+
+    async def acquire_write(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncRWLease:
+        """The write lock of ``name``: no reader nor other writer beside it; readers who came
+        later wait for it. Fence writes with ``SQLFence.admit_write``. See ``tenure._rwlock``."""
+        timeout = check_arguments(name, ttl, timeout, self.drift, self.margin)
+        check_readers(name, DEFAULT_READERS)
+        self.timing(ttl, lock_delay)
+        return await acquire_write(
+            self._pool, name, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
+        )
+
+    def read_lock(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        readers: int = DEFAULT_READERS,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncHold[AsyncRWLease]:
+        """``async with client.read_lock(name) as lease``: the body is cancelled on loss."""
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
+        check_readers(name, readers)
+        self.timing(ttl, lock_delay)
+        return AsyncHold(
+            lambda: self.acquire_read(
+                name, ttl, readers=readers, wait=wait, timeout=timeout, lock_delay=lock_delay
+            )
+        )
+
+    def write_lock(
+        self,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> AsyncHold[AsyncRWLease]:
+        """``async with client.write_lock(name) as lease``: the body is cancelled on loss."""
+        check_arguments(name, ttl, timeout, self.drift, self.margin)
+        check_readers(name, DEFAULT_READERS)
+        self.timing(ttl, lock_delay)
+        return AsyncHold(
+            lambda: self.acquire_write(name, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay)
         )
 
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:

@@ -34,6 +34,8 @@ class AsyncLease:
         self._keeper = keeper
         self.name = name
         self.token = token
+        self._held = (name, token)
+        """The lock the store holds for this grant (a recipe may show another name or token)."""
         self.ttl = keeper.state.timing.ttl
         self.released = False
         self._lost_reason: str | None = None
@@ -155,7 +157,11 @@ class AsyncLease:
         lost = self._lost_reason is not None  # marked lost: nothing left to delete
         self._callbacks.clear()
         self._at_risk_callbacks.clear()
-        await self._keeper.release(self, self.name, self.token, lost)
+        await self._keeper.release(self, *self._held, lost)
+
+    def same_session(self, other: AsyncLease) -> bool:
+        """True if both grants are held by one session (so they are lost together)."""
+        return self._keeper is other._keeper
 
 
 def end_of_hold(lease: AsyncLease, exc: BaseException | None) -> LeaseLost | None:

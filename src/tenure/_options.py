@@ -72,6 +72,13 @@ class PermitKeywords(TypedDict, total=False):
     lock_delay: float | None
 
 
+class ReadKeywords(PermitKeywords, total=False):
+    """The keywords of ``acquire_read`` and ``read_lock`` beside the name and TTL (those of
+    ``acquire_write`` and ``write_lock`` are a permit's)."""
+
+    readers: int
+
+
 class CampaignKeywords(TypedDict, total=False):
     """The keywords of ``campaign`` and ``lead`` beside the name, value and TTL."""
 

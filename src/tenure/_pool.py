@@ -63,6 +63,12 @@ class SessionPool:
                 self._tg.start_soon(keeper.run)
             return keeper
 
+    def held(self) -> list[object]:
+        """Every holder of every live session of the pool (the client's leases now)."""
+        return [
+            h for keeper in self._sessions.values() if not keeper.expired() for h in keeper.held()
+        ]
+
     def spawn(self, func: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``func(*args)`` on the pool's task group, cancelled when the pool closes."""
         if self._tg is None:

@@ -23,7 +23,8 @@ at once there are at most as many holders as the largest.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 MAX_PERMITS = 256
 """A waiter at the head of the line queues on every slot: keep that bounded."""
 PREFIX = "semaphore/"
+L = TypeVar("L", bound=AsyncLease)
 
 
 class AsyncPermit(AsyncLease):
@@ -116,16 +118,10 @@ async def _free_slot(
     pool: SessionPool, name: str, permits: int, ttl: float, lock_delay: float | None
 ) -> AsyncPermit:
     """A slot free now with nobody queued on it (the lowest), or ``NotAcquired``."""
-    for slot in range(permits):
-        try:
-            lease = await acquire(
-                pool, slot_name(name, slot), ttl, wait=False, timeout=None, on_wait=None,
-                make=AsyncPermit, lock_delay=lock_delay,
-            )  # fmt: skip
-        except NotAcquired:
-            continue
-        return _named(lease, name, slot, permits)
-    raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
+    got = await free_slot(pool, lambda i: slot_name(name, i), permits, ttl, lock_delay, AsyncPermit)
+    if got is None:
+        raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
+    return _named(got[1], name, got[0], permits)
 
 
 async def _first_granted(
@@ -136,35 +132,78 @@ async def _first_granted(
     timeout: float | None,
     lock_delay: float | None,
 ) -> AsyncPermit:
-    """Queue on every slot; keep the first grant, give back any other that came with it."""
-    granted: list[AsyncPermit] = []
+    got = await first_granted(
+        pool, lambda i: slot_name(name, i), permits, ttl, timeout, lock_delay, AsyncPermit
+    )
+    if got is None:
+        raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
+    return _named(got[1], name, got[0], permits)
+
+
+# -- slots: shared with the read-write lock's reader slots ----------------------------------------
+
+
+async def free_slot(
+    pool: SessionPool,
+    slot_of: Callable[[int], str],
+    count: int,
+    ttl: float,
+    lock_delay: float | None,
+    make: type[L],
+) -> tuple[int, L] | None:
+    """The lowest of slots ``slot_of(0 .. count-1)`` free now with nobody queued on it."""
+    for slot in range(count):
+        try:
+            lease = await acquire(
+                pool, slot_of(slot), ttl, wait=False, timeout=None, on_wait=None, make=make,
+                lock_delay=lock_delay,
+            )  # fmt: skip
+        except NotAcquired:
+            continue
+        return slot, lease
+    return None
+
+
+async def first_granted(
+    pool: SessionPool,
+    slot_of: Callable[[int], str],
+    count: int,
+    ttl: float,
+    timeout: float | None,
+    lock_delay: float | None,
+    make: type[L],
+) -> tuple[int, L] | None:
+    """Queue on every slot; keep the first grant, give back any other that came with it
+    (None if ``timeout`` passes first)."""
+    granted: list[tuple[int, L]] = []
     try:
         with anyio.move_on_after(math.inf if timeout is None else timeout):
             async with anyio.create_task_group() as group:
 
                 async def take(slot: int) -> None:
                     lease = await acquire(
-                        pool, slot_name(name, slot), ttl, wait=True, timeout=None,
-                        on_wait=None, make=AsyncPermit, lock_delay=lock_delay,
+                        pool, slot_of(slot), ttl, wait=True, timeout=None, on_wait=None,
+                        make=make, lock_delay=lock_delay,
                     )  # fmt: skip
-                    granted.append(_named(lease, name, slot, permits))
+                    granted.append((slot, lease))
                     group.cancel_scope.cancel()  # the others leave their queues
 
-                for slot in range(permits):
+                for slot in range(count):
                     group.start_soon(take, slot)
     except BaseException:  # cancelled from outside: nothing granted may stay held
-        await _give_back(granted)
+        await give_back([lease for _, lease in granted])
         raise
     if not granted:
-        raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
-    await _give_back(granted[1:])
+        return None
+    await give_back([lease for _, lease in granted[1:]])
     return granted[0]
 
 
-async def _give_back(permits: list[AsyncPermit]) -> None:
+async def give_back(leases: Sequence[AsyncLease]) -> None:
+    """Release ``leases``, shielded: a grant nobody keeps must not stay held."""
     with anyio.CancelScope(shield=True):
-        for permit in permits:
-            await permit.release()
+        for lease in leases:
+            await lease.release()
 
 
 def _named(lease: AsyncPermit, name: str, slot: int, permits: int) -> AsyncPermit:

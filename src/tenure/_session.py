@@ -49,6 +49,10 @@ class SessionKeeper:
         """Tell ``listener`` of loss, risk and closing until ``holder`` is released."""
         self._listeners[holder] = listener
 
+    def held(self) -> list[object]:
+        """The holders told of this session's events now (its leases)."""
+        return list(self._listeners)
+
     @property
     def holders(self) -> int:
         """How many grants the session holds now."""

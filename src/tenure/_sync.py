@@ -30,9 +30,11 @@ from ._options import (
     OnceKeywords,
     PartitionKeywords,
     PermitKeywords,
+    ReadKeywords,
     Unpack,
 )
 from ._partitions import AsyncMember, PartitionChange
+from ._rwlock import DEFAULT_READERS, AsyncRWLease, check_readers
 from ._semaphore import AsyncPermit, check_semaphore
 from ._values import Capabilities, HeldBack, LockInfo
 
@@ -89,6 +91,15 @@ class Permit(Lease):
     semaphore = property(lambda self: self._inner.semaphore)
     slot = property(lambda self: self._inner.slot)
     permits = property(lambda self: self._inner.permits)
+
+
+class RWLease(Lease):
+    """A sync view of a read or write grant of a read-write lock (see ``AsyncRWLease``)."""
+
+    _inner: AsyncRWLease
+
+    mode = property(lambda self: self._inner.mode)
+    slot = property(lambda self: self._inner.slot)
 
 
 class Leadership(Lease):
@@ -282,6 +293,46 @@ class Client:
                 yield permit
 
         return hold()
+
+    # -- read-write locks ------------------------------------------------------------------
+
+    def acquire_read(
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[ReadKeywords]
+    ) -> RWLease:
+        """A read lock of ``name``; release with ``lease.release()``. See
+        ``AsyncClient.acquire_read`` (``readers=16``, ``wait=True``, ``timeout=None``)."""
+        return RWLease(self._call(self._async.acquire_read, name, ttl, **options), self)
+
+    def acquire_write(
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[PermitKeywords]
+    ) -> RWLease:
+        """The write lock of ``name``; release with ``lease.release()``. See
+        ``AsyncClient.acquire_write``."""
+        return RWLease(self._call(self._async.acquire_write, name, ttl, **options), self)
+
+    def read_lock(
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[ReadKeywords]
+    ) -> AbstractContextManager[RWLease]:
+        """``with client.read_lock(name) as lease``: released on exit; raises if lost."""
+        check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
+        check_readers(name, options.get("readers", DEFAULT_READERS))
+        self._async.timing(ttl, options.get("lock_delay"))
+        return self._rw_hold(lambda: self.acquire_read(name, ttl, **options))
+
+    def write_lock(
+        self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[PermitKeywords]
+    ) -> AbstractContextManager[RWLease]:
+        """``with client.write_lock(name) as lease``: released on exit; raises if lost."""
+        check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
+        check_readers(name, DEFAULT_READERS)
+        self._async.timing(ttl, options.get("lock_delay"))
+        return self._rw_hold(lambda: self.acquire_write(name, ttl, **options))
+
+    @contextmanager
+    def _rw_hold(self, take: Callable[[], RWLease]) -> Iterator[RWLease]:
+        lease = take()
+        with self._hold(lease):
+            yield lease
 
     def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         return self._call(self._async.locks, name, prefix)

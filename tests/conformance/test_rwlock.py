@@ -1,0 +1,200 @@
+"""Read-write locks on every store (``tenure._rwlock``): many readers or one writer, a writer in
+line stops the readers behind it, one token counter in grant order, a dead holder's grant back
+by expiry, no trace of a waiter that gave up, and no reentry."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import tenure
+from tenure import AsyncClient, InvalidArgument, NotAcquired
+from tenure._rwlock import gate_name
+from tenure._url import open_store
+from tenure.testing import FaultyStore
+
+pytestmark = pytest.mark.anyio
+
+
+async def _in_line(client: AsyncClient, name: str, count: int) -> None:
+    """Until ``count`` callers wait at read-write lock ``name``'s gate."""
+    with anyio.fail_after(10):
+        while True:
+            infos = await client.locks(gate_name(name))
+            if infos and infos[0].waiters >= count:
+                return
+            await anyio.sleep(0.02)
+
+
+async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
+    readers = writers = most_readers = 0
+    beside: list[str] = []
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+
+        async def reader(client: AsyncClient) -> None:
+            nonlocal readers, most_readers
+            for _ in range(3):
+                async with client.read_lock("doc", ttl=5, timeout=30) as lease:
+                    assert lease.mode == "read" and lease.name == "doc"
+                    readers += 1
+                    most_readers = max(most_readers, readers)
+                    if writers:
+                        beside.append(f"reader {lease.token} beside a writer")
+                    await anyio.sleep(0.05)
+                    readers -= 1
+
+        async def writer(client: AsyncClient) -> None:
+            nonlocal writers
+            for _ in range(3):
+                async with client.write_lock("doc", ttl=5, timeout=30) as lease:
+                    assert lease.mode == "write" and lease.slot == -1
+                    writers += 1
+                    if readers or writers > 1:
+                        beside.append(f"writer {lease.token} beside {readers} readers")
+                    await anyio.sleep(0.03)
+                    writers -= 1
+
+        async with anyio.create_task_group() as group:
+            for client in (a, b, a):
+                group.start_soon(reader, client)
+            for client in (b, a):
+                group.start_soon(writer, client)
+    assert beside == [] and most_readers >= 2
+
+
+async def test_a_writer_in_line_stops_the_readers_behind_it(store_url: str) -> None:
+    order: list[str] = []
+    async with (
+        tenure.connect_async(store_url) as a,
+        tenure.connect_async(store_url) as b,
+        tenure.connect_async(store_url) as c,
+    ):
+        first = await a.acquire_read("line", ttl=5)
+        tokens: dict[str, int] = {"first": first.token}
+
+        async def take(client: AsyncClient, who: str, write: bool) -> None:
+            hold = client.write_lock if write else client.read_lock
+            async with hold("line", ttl=5, timeout=20) as lease:
+                order.append(who)
+                tokens[who] = lease.token
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(take, b, "writer", True)
+            await _in_line(a, "line", 0)  # the writer holds the gate, waiting for the reader
+            await anyio.sleep(0.1)
+            group.start_soon(take, c, "later reader", False)
+            await _in_line(a, "line", 1)
+            await anyio.sleep(0.1)
+            assert order == []  # the later reader waits behind the writer: no starvation
+            await first.release()
+    assert order == ["writer", "later reader"]
+    assert tokens["first"] < tokens["writer"] < tokens["later reader"]  # one counter
+
+
+async def test_tokens_grow_in_grant_order_for_readers_and_writers(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        r1 = await a.acquire_read("order", ttl=5)
+        r2 = await b.acquire_read("order", ttl=5)
+        assert {r1.slot, r2.slot} == {0, 1} and r1.token < r2.token
+        for lease in (r1, r2):
+            await lease.release()
+        w = await a.acquire_write("order", ttl=5)
+        await w.release()
+        r3 = await b.acquire_read("order", ttl=5)
+        assert r2.token < w.token < r3.token
+        await r3.release()
+        await r1.release()  # again: a no-op, not a release of anyone else's
+        assert await a.locks(prefix="rwlock/order/") == []
+
+
+async def test_a_dead_readers_grant_comes_back_by_expiry(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
+        dead = await a.acquire_read("expiring", ttl=1, lock_delay=0)
+        faulty.hang_keep_alive = True  # a crash, as the store sees it
+        with pytest.raises(NotAcquired, match="readers"):
+            await b.acquire_write("expiring", ttl=5, wait=False)
+        writer = await b.acquire_write("expiring", ttl=5, timeout=10)
+        assert dead.lost and writer.token > dead.token
+        await writer.release()
+
+
+async def test_a_dead_writers_grant_comes_back_by_expiry(store_url: str) -> None:
+    faulty = FaultyStore(open_store(store_url))
+    async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
+        dead = await a.acquire_write("gone", ttl=1, lock_delay=0)
+        faulty.hang_keep_alive = True
+        with pytest.raises(NotAcquired):
+            await b.acquire_read("gone", ttl=5, wait=False)
+        reader = await b.acquire_read("gone", ttl=5, timeout=10)
+        assert dead.lost and reader.token > dead.token
+        await reader.release()
+
+
+async def test_waiters_that_give_up_leave_no_trace(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        reader = await a.acquire_read("busy", ttl=5)
+        with pytest.raises(NotAcquired, match="readers still hold it"):
+            await b.acquire_write("busy", ttl=5, timeout=0.3)
+        with anyio.move_on_after(0.3):  # cancelled while waiting
+            await b.acquire_write("busy", ttl=5)
+        infos = await a.locks(prefix="rwlock/busy/")
+        assert [(i.name, i.waiters) for i in infos] == [("rwlock/busy/0", 0)]
+        await reader.release()
+        writer = await a.acquire_write("busy", ttl=5, wait=False)  # nobody is ahead
+        with pytest.raises(NotAcquired):
+            await b.acquire_read("busy", ttl=5, timeout=0.3)
+        await writer.release()
+        assert await a.locks(prefix="rwlock/busy/") == []
+
+
+async def test_readers_beyond_the_count_wait(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        two = [await a.acquire_read("few", ttl=5, readers=2) for _ in range(2)]
+        with pytest.raises(NotAcquired, match="all 2 readers"):
+            await b.acquire_read("few", ttl=5, readers=2, timeout=0.3)
+        await two[0].release()
+        third = await b.acquire_read("few", ttl=5, readers=2, timeout=5)
+        assert third.slot == two[0].slot
+        for lease in (third, two[1]):
+            await lease.release()
+
+
+async def test_no_reentry_and_no_upgrade(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a:
+        reader = await a.acquire_read("mine", ttl=5)
+        with pytest.raises(InvalidArgument, match=r"holds the read lock of 'mine'.*no upgrade"):
+            await a.acquire_write("mine", ttl=5)
+        again = await a.acquire_read("mine", ttl=5)  # another reader: fine
+        for lease in (again, reader):
+            await lease.release()
+        writer = await a.acquire_write("mine", ttl=5)
+        for take in (a.acquire_read, a.acquire_write):
+            with pytest.raises(InvalidArgument, match="holds the write lock"):
+                await take("mine", ttl=5)
+        await writer.release()
+        assert await a.locks(prefix="rwlock/mine/") == []
+
+
+def test_bad_reader_counts_are_refused(store_url: str) -> None:
+    with tenure.connect(store_url) as client:
+        for readers in (0, -1, 1.5, True, "3", 10_000):
+            with pytest.raises(InvalidArgument, match="readers"):
+                client.acquire_read("bad", ttl=5, readers=readers)  # type: ignore[typeddict-item]
+        with pytest.raises(InvalidArgument, match="readers"):
+            client.read_lock("bad", ttl=5, readers=0)
+        assert client.locks(prefix="rwlock/") == []
+
+
+def test_the_sync_read_write_lock(store_url: str) -> None:
+    with tenure.connect(store_url) as a, tenure.connect(store_url) as b:
+        with a.read_lock("sync", ttl=5) as read, a.read_lock("sync", ttl=5) as other:
+            assert isinstance(read, tenure.RWLease) and read.mode == "read"
+            assert read.token < other.token
+            with pytest.raises(NotAcquired):
+                b.acquire_write("sync", ttl=5, wait=False)
+        with b.write_lock("sync", ttl=5) as write:
+            assert write.token > other.token and write.mode == "write"
+            with pytest.raises(NotAcquired):
+                a.acquire_read("sync", ttl=5, wait=False)
