@@ -672,3 +672,77 @@ def test_fenced_async_needs_an_async_connection(pg_db: DB) -> None:
     with pytest.raises(InvalidArgument, match="AsyncConnection"):
         pg_db.fence.fenced_async(conn, "r", 1)
     conn.close()
+
+
+# -- a read-write lock's reads and writes ------------------------------------------------------
+
+
+def _admit(db: DB, mode: str, token: int, conn: Any = None) -> StaleToken | None:
+    """Admit one read or write of resource ``doc`` in a transaction of its own."""
+    conn = conn or db.connect()
+    try:
+        cur = conn.cursor()
+        admit = db.fence.admit_read if mode == "read" else db.fence.admit_write
+        try:
+            admit(cur, "doc", token)
+        except StaleToken as exc:
+            conn.rollback()
+            return exc
+        conn.commit()
+        return None
+    finally:
+        conn.close()
+
+
+def test_readers_never_refuse_each_other_but_a_write_shuts_out_older_ones(db: DB) -> None:
+    assert _admit(db, "read", 7) is None
+    assert _admit(db, "read", 5) is None  # an older reader beside a newer one: both hold
+    assert _admit(db, "read", 5) is None
+    refused = _admit(db, "write", 6)  # a writer from before a reader that was served
+    assert refused is not None and (refused.resource, refused.highest) == ("doc", 7)
+    assert _admit(db, "write", 9) is None
+    assert _admit(db, "write", 9) is None  # one writer, many writes
+    refused = _admit(db, "read", 8)  # a reader from before the latest write
+    assert refused is not None and refused.highest == 9
+    assert _admit(db, "read", 10) is None
+    assert db.highest("doc") == 9  # the resource's own row is the latest write
+
+
+def test_a_resource_name_with_the_separator_is_refused(db: DB) -> None:
+    conn = db.connect()
+    with pytest.raises(InvalidArgument, match="x1f"):
+        db.fence.admit_read(conn.cursor(), "doc\x1fhighest", 1)
+    conn.close()
+
+
+def test_postgres_an_uncommitted_write_blocks_an_older_reader_which_then_is_refused(
+    pg_db: DB, postgres: PostgresServer
+) -> None:
+    a, b = pg_db.connect(), pg_db.connect()
+    b_pid = b.info.backend_pid
+    with a.transaction(), a.cursor() as cur:
+        pg_db.fence.admit_write(cur, "doc", 8)
+        thread, out = _in_thread(lambda: _admit(pg_db, "read", 5, b))
+        _wait_until_blocked(postgres.dsn, b_pid)  # on the row the writer locked
+        assert thread.is_alive()
+    thread.join(10)
+    assert isinstance(out[0], StaleToken) and out[0].highest == 8, out
+    a.close()
+
+
+def test_async_reads_and_writes(pg_db: DB, postgres: PostgresServer) -> None:
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(postgres.dsn) as conn:
+            async with conn.transaction(), conn.cursor() as cur:
+                await pg_db.fence.admit_read_async(cur, "doc", 4)
+            with pytest.raises(StaleToken):
+                async with conn.transaction(), conn.cursor() as cur:
+                    await pg_db.fence.admit_write_async(cur, "doc", 3)
+            async with conn.transaction(), conn.cursor() as cur:
+                await pg_db.fence.admit_write_async(cur, "doc", 6)
+            with pytest.raises(StaleToken):
+                async with conn.transaction(), conn.cursor() as cur:
+                    await pg_db.fence.admit_read_async(cur, "doc", 5)
+
+    asyncio.run(main())
+    assert pg_db.highest("doc") == 6

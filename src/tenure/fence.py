@@ -75,6 +75,14 @@ class SQLFence:
             "WHERE f.token <= excluded.token RETURNING token"
         )
         self._select = f"SELECT token FROM {table} WHERE resource = {{p}}"
+        # A read-write lock's readers raise a second row, the highest token admitted, and never
+        # refuse one another. It too locks the row in PostgreSQL, so reads and writes of one
+        # resource serialize on it.
+        self._raise = (
+            f"INSERT INTO {table} AS f (resource, token) VALUES ({{p}}, {{p}}) "
+            "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN excluded.token > f.token "
+            "THEN excluded.token ELSE f.token END"
+        )
 
     def __repr__(self) -> str:
         return f"SQLFence(table={self.table!r})"
@@ -104,6 +112,9 @@ class SQLFence:
         `StaleToken` (nothing is written then, but the transaction should not go on).
         """
         _check(resource, token)
+        self._admit(cursor, resource, token)
+
+    def _admit(self, cursor: DBAPICursor, resource: str, token: int) -> None:
         p = _placeholder(cursor)
         cursor.execute(self._upsert.format(p=p), (resource, token))
         # fetchall, not fetchone: an unfinished RETURNING statement keeps SQLite's write open.
@@ -117,11 +128,62 @@ class SQLFence:
     ) -> None:
         """`admit` for a ``psycopg.AsyncCursor``; call inside an open transaction."""
         _check(resource, token)
+        await self._admit_async(cursor, resource, token)
+
+    async def _admit_async(
+        self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int
+    ) -> None:
         await cursor.execute(self._upsert.format(p="%s"), (resource, token))
         if await cursor.fetchall():
             return
         await cursor.execute(self._select.format(p="%s"), (resource,))
         raise StaleToken(resource, token, _highest(await cursor.fetchall(), token))
+
+    # -- a read-write lock's reads and writes (``client.read_lock`` / ``write_lock``) -----------
+
+    def admit_read(self, cursor: DBAPICursor, resource: str, token: int) -> None:
+        """Admit a reader's ``token`` or raise `StaleToken` if a write lock granted later has
+        written; other readers' tokens, higher or lower, never refuse it. Call inside an open
+        transaction, before the read; the writers of ``resource`` use `admit_write`."""
+        _check(resource, token)
+        p = _placeholder(cursor)
+        cursor.execute(self._raise.format(p=p), (_highest_row(resource), token))
+        cursor.execute(self._select.format(p=p), (resource,))
+        written = _highest(cursor.fetchall(), token)
+        if written > token:
+            raise StaleToken(resource, token, written)
+
+    def admit_write(self, cursor: DBAPICursor, resource: str, token: int) -> None:
+        """Admit a writer's ``token`` or raise `StaleToken` if a reader or writer granted later
+        was admitted (by `admit_read` or this). Call inside an open transaction."""
+        _check(resource, token)
+        try:
+            self._admit(cursor, _highest_row(resource), token)
+        except StaleToken as exc:
+            raise StaleToken(resource, token, exc.highest) from None
+        self._admit(cursor, resource, token)
+
+    async def admit_read_async(
+        self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int
+    ) -> None:
+        """`admit_read` for a ``psycopg.AsyncCursor``."""
+        _check(resource, token)
+        await cursor.execute(self._raise.format(p="%s"), (_highest_row(resource), token))
+        await cursor.execute(self._select.format(p="%s"), (resource,))
+        written = _highest(await cursor.fetchall(), token)
+        if written > token:
+            raise StaleToken(resource, token, written)
+
+    async def admit_write_async(
+        self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int
+    ) -> None:
+        """`admit_write` for a ``psycopg.AsyncCursor``."""
+        _check(resource, token)
+        try:
+            await self._admit_async(cursor, _highest_row(resource), token)
+        except StaleToken as exc:
+            raise StaleToken(resource, token, exc.highest) from None
+        await self._admit_async(cursor, resource, token)
 
     # -- a whole fenced transaction -------------------------------------------------------------
 
@@ -210,10 +272,21 @@ class SQLFence:
 
 
 def _check(resource: object, token: object) -> None:
-    if not isinstance(resource, str) or not resource or "\x00" in resource:
-        raise InvalidArgument(f"fence resource must be a non-empty string, not {resource!r}")
+    if not isinstance(resource, str) or not resource or "\x00" in resource or _READS in resource:
+        raise InvalidArgument(
+            f"fence resource must be a non-empty string without NUL or \\x1f, not {resource!r}"
+        )
     if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _MAX_TOKEN:
         raise InvalidArgument(f"fencing token must be an integer in 0..2**63-1, not {token!r}")
+
+
+_READS = "\x1f"
+"""Between a resource's name and ``highest``: the row of the highest token admitted (a name
+no caller's resource can take)."""
+
+
+def _highest_row(resource: str) -> str:
+    return f"{resource}{_READS}highest"
 
 
 def _placeholder(cursor: object) -> str:
