@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import click
 
 import tenure
 
 from .._names import check_name
-from .._semaphore import PREFIX
+from .._rwlock import PREFIX as RWLOCK
+from .._semaphore import PREFIX as SEMAPHORE
 from .._values import HeldBack, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
@@ -47,26 +48,55 @@ def table(infos: list[LockInfo], held: Sequence[HeldBack] = ()) -> str:
     return columns(rows)
 
 
-def semaphores(infos: list[LockInfo]) -> list[str]:
-    """A line per semaphore in use: its held slots, and how many wait (the gate's holder waits
-    at the head of the line, the gate's waiters behind it)."""
-    slots: dict[str, list[int]] = {}
-    waiting: dict[str, int] = {}
+def _recipes(infos: list[LockInfo], prefix: str, gate: str) -> dict[str, Group]:
+    """The locks of one recipe (semaphores, read-write locks) grouped by the recipe's name:
+    the slots held, and the gate's holder."""
+    groups: dict[str, Group] = {}
     for info in infos:
-        rest = info.name.removeprefix(PREFIX)
+        rest = info.name.removeprefix(prefix)
         if rest == info.name or "/" not in rest:
             continue
         name, _, part = rest.rpartition("/")
-        if part == "queue":
-            waiting[name] = waiting.get(name, 0) + 1 + info.waiters
+        if part == gate:
+            groups.setdefault(name, Group()).gate = info
         elif part.isdigit():
-            slots.setdefault(name, []).append(int(part))
+            groups.setdefault(name, Group()).slots.append(int(part))
+    return dict(sorted(groups.items()))
+
+
+@dataclass
+class Group:
+    slots: list[int] = field(default_factory=list)
+    gate: LockInfo | None = None
+
+    @property
+    def waiting(self) -> int:
+        """The gate's holder waits at the head of the line, its waiters behind it."""
+        return 0 if self.gate is None else 1 + self.gate.waiters
+
+
+def semaphores(infos: list[LockInfo]) -> list[str]:
+    """A line per semaphore in use: its held slots, and how many wait."""
     return [
-        f"semaphore {shown(name)!r}: {len(slots.get(name, []))} permit(s) held"
-        f" (slots {', '.join(map(str, sorted(slots.get(name, [])))) or '-'}),"
-        f" {waiting.get(name, 0)} waiting"
-        for name in sorted(set(slots) | set(waiting))
+        f"semaphore {shown(name)!r}: {len(group.slots)} permit(s) held"
+        f" (slots {', '.join(map(str, sorted(group.slots))) or '-'}), {group.waiting} waiting"
+        for name, group in _recipes(infos, SEMAPHORE, "queue").items()
     ]
+
+
+def rwlocks(infos: list[LockInfo]) -> list[str]:
+    """A line per read-write lock in use: its readers, and who holds its gate (a writer holds
+    it while writing; a reader only while it takes its slot, or waits for one)."""
+    lines = []
+    for name, group in _recipes(infos, RWLOCK, "gate").items():
+        gate = group.gate
+        who = (
+            "no writer"
+            if gate is None
+            else f"gate held by {holder(gate)} (writing, or next in line), {gate.waiters} waiting"
+        )
+        lines.append(f"read-write lock {shown(name)!r}: {len(group.slots)} reader(s), {who}")
+    return lines
 
 
 def free(held: HeldBack) -> str:
@@ -140,7 +170,7 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
             click.echo(held_back_line(held[0]) if held else f"lock {name!r} is not held")
     else:
         click.echo(table(infos, held) if infos or held else "no locks held")
-        for line in semaphores(infos):
+        for line in semaphores(infos) + rwlocks(infos):
             click.echo(line)
     return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
 

@@ -25,6 +25,7 @@ import tenure
 from .._child import FORWARDED, CommandError, resolve_command, running
 from .._lock import check_arguments
 from .._names import check_label
+from .._rwlock import DEFAULT_READERS, check_readers
 from .._semaphore import check_semaphore
 from .._state import Timing
 from .._stopby import Cause
@@ -143,6 +144,21 @@ def _check_inputs(
     help="NAME is a semaphore: run while holding one of its N permits (at most N commands at"
     " once, in arrival order). TENURE_LOCK is then the permit's slot, the key of its token.",
 )
+@click.option(
+    "--read",
+    "mode",
+    flag_value="read",
+    default=None,
+    help="NAME is a read-write lock: run while holding its read lock, beside other --read"
+    " runs and never beside a --write one. TENURE_MODE is then read.",
+)
+@click.option(
+    "--write",
+    "mode",
+    flag_value="write",
+    help="NAME is a read-write lock: run while holding its write lock, alone; --read runs that"
+    " come later wait for it. TENURE_MODE is then write.",
+)
 @lease_options(
     ttl="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
     label="A label shown to waiters and by 'tenure ls'.",
@@ -155,6 +171,7 @@ def run(
     wait: bool,
     timeout: float | None,
     permits: int | None,
+    mode: str | None,
     grace: float | None,
     lock_delay: float | None,
     store: str | None,
@@ -174,6 +191,10 @@ def run(
     grace_s = _check_inputs(name, ttl, timeout, grace, label, lock_delay)
     if permits is not None:
         check_semaphore(name, permits)
+    if permits is not None and mode is not None:
+        raise click.UsageError(f"--permits and --{mode} do not go together: pick one")
+    if mode is not None:
+        check_readers(name, DEFAULT_READERS)
     try:
         resolve_command(command[0])
     except CommandError as exc:
@@ -183,7 +204,7 @@ def run(
         with _signals_interrupt():
             return _locked_run(
                 name, command, ttl, wait, timeout, grace_s, lock_delay, store, require, label,
-                quiet, permits,
+                quiet, permits, mode,
             )  # fmt: skip
     except Interrupted as exc:
         what = signal.Signals(exc.signum).name
@@ -205,13 +226,18 @@ def _locked_run(
     label: str,
     quiet: bool,
     permits: int | None = None,
+    mode: str | None = None,
 ) -> int:
     client = open_client(store, label, require, quiet, lock_delay)
     try:
         on_wait = None if quiet or not wait else WaitReporter(name)
         extra_env: dict[str, str] = {}
+        lease: tenure.Lease
         try:
-            if permits is None:
+            if mode is not None:
+                lease = _rw_lease(client, name, mode, ttl, wait, timeout, quiet)
+                extra_env.update(TENURE_MODE=mode)
+            elif permits is None:
                 lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
             else:
                 permit = _permit(client, name, permits, ttl, wait, timeout, quiet)
@@ -219,7 +245,14 @@ def _locked_run(
                 lease = permit
         except tenure.NotAcquired as exc:
             how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
-            if not quiet and permits is not None:
+            if not quiet and mode is not None:
+                click.echo(
+                    f"tenure: {mode} lock of {name!r} not acquired ({how}): "
+                    + ("a writer holds it or others are in line" if mode == "read" else
+                       "readers or a writer hold it, or others are in line"),
+                    err=True,
+                )  # fmt: skip
+            elif not quiet and permits is not None:
                 click.echo(
                     f"tenure: no permit of {name!r} acquired ({how}): all {permits} are held",
                     err=True,
@@ -259,6 +292,27 @@ def _permit(
     if not quiet:
         click.echo(f"tenure: waiting for one of the {permits} permits of {name!r}", err=True)
     return client.acquire_permit(name, permits, ttl, timeout=timeout)
+
+
+def _rw_lease(
+    client: tenure.Client,
+    name: str,
+    mode: str,
+    ttl: float,
+    wait: bool,
+    timeout: float | None,
+    quiet: bool,
+) -> tenure.RWLease:
+    """The read or write lock of ``name``; one stderr line if it has to wait for it."""
+    take = client.acquire_read if mode == "read" else client.acquire_write
+    try:
+        return take(name, ttl, wait=False)
+    except tenure.NotAcquired:
+        if not wait:
+            raise
+    if not quiet:
+        click.echo(f"tenure: waiting for the {mode} lock of {name!r}", err=True)
+    return take(name, ttl, timeout=timeout)
 
 
 EXIT_FOR = {Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE}
