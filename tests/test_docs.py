@@ -50,3 +50,14 @@ def test_the_decorators_page_example_runs_as_written(tmp_path: Path) -> None:
     assert all(done.returncode == 0 for done in runs), [done.stderr for done in runs]
     assert runs[0].stdout.startswith("wrote the report for ")
     assert "not run here, the slot is done already" in runs[1].stdout
+
+
+def test_the_read_write_locks_page_example_runs_as_written(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "rwlocks.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "TENURE_STORE": f"sqlite:///{tmp_path}/docs.db"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "version 2\n"

@@ -1,6 +1,6 @@
 """The docs' store table, made from the stores' capabilities (never typed by hand): what each
 declares, and what is derived from the calls it implements (elections, records); semaphores
-are a recipe over locks, so every store has them, with its waiters' order.
+and read-write locks are recipes over locks, so every store has them, with its waiters' order.
 
 python -m tenure._docs      # prints the table that README.md must contain
 """
@@ -24,6 +24,7 @@ COLUMNS = (
     "elections",
     "records",
     "semaphores",
+    "read-write locks",
 )
 
 
@@ -48,6 +49,7 @@ def store_table() -> str:
             _yes(caps.records),
             # A recipe over locks: every store; in arrival order where its waiters are.
             "yes" if caps.fair else "yes, not in arrival order",
+            "yes" if caps.fair else "yes, a writer can wait behind later readers",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
