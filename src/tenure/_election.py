@@ -72,10 +72,7 @@ class AsyncLeadership(AsyncLease):
         """Change the leader's value without giving up the term (``LeaseLost`` if it is over)."""
         value = check_value(value)
         self.check()
-        keeper = self._keeper
-        if not await elections_of(keeper.store).proclaim(
-            keeper.handle, self.name, self.token, value
-        ):
+        if not await self.set_value(value):
             self._mark_lost("the store says this term is over")
             self.check()
         self.value = value

@@ -17,6 +17,7 @@ import anyio
 from ._errors import LeaseLost
 from ._session import Listener
 from ._state import Loss
+from .stores._spi import elections_of
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -158,6 +159,12 @@ class AsyncLease:
         self._callbacks.clear()
         self._at_risk_callbacks.clear()
         await self._keeper.release(self, *self._held, lost)
+
+    async def set_value(self, value: str) -> bool:
+        """Set the value the store shows with this grant (``LockInfo.value``): a leader's, or a
+        permit's count. False if the store says the grant is over."""
+        elections = elections_of(self._keeper.store)
+        return await elections.proclaim(self._keeper.handle, *self._held, value)
 
     def same_session(self, other: AsyncLease) -> bool:
         """True if both grants are held by one session (so they are lost together)."""

@@ -93,7 +93,30 @@ async def acquire_permit(
     lock_delay: float | None,
 ) -> AsyncPermit:
     """A permit of ``name``: ``NotAcquired`` if all are held and ``wait`` is False or
-    ``timeout`` passes (arguments already checked)."""
+    ``timeout`` passes (arguments already checked). Its slot shows the count it was asked
+    with (``tenure ls`` says how many are free)."""
+    permit = await _take(
+        pool, name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
+    )
+    try:
+        if not await permit.set_value(str(permits)):
+            permit._mark_lost("the store says the permit's slot is no longer held")
+    except BaseException:
+        await give_back([permit])
+        raise
+    return permit
+
+
+async def _take(
+    pool: SessionPool,
+    name: str,
+    permits: int,
+    ttl: float,
+    *,
+    wait: bool,
+    timeout: float | None,
+    lock_delay: float | None,
+) -> AsyncPermit:
     if not wait:
         return await _free_slot(pool, name, permits, ttl, lock_delay)
     give_up = None if timeout is None else pool.clock.now() + timeout

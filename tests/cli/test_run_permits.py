@@ -28,7 +28,7 @@ def test_at_most_n_commands_at_once_and_the_rest_in_line(cli: Cli) -> None:
     runs.append(cli.start(*argv, cwd=cli.tmp))
     cli.until(lambda: cli.held("semaphore/gpu/queue"), what="the third in line")
     listing = cli("ls", "--store", cli.store)
-    assert "semaphore 'gpu': 2 permit(s) held (slots 0, 1), 1 waiting" in listing.stdout
+    assert "semaphore 'gpu': 2 of 2 permits held (slots 0, 1), 0 free, 1 waiting" in listing.stdout
 
     busy = cli("run", "--store", cli.store, "--permits", "2", "--no-wait", "gpu", "--", "true")
     assert busy.returncode == 75
@@ -57,3 +57,12 @@ def test_a_bad_count_is_one_line_and_holds_nothing(cli: Cli) -> None:
         assert "Traceback" not in done.stderr
         assert "permits" in done.stderr.lower() or "'x'" in done.stderr
     assert cli.locks() == []
+
+
+def test_ls_says_how_many_permits_are_free(cli: Cli) -> None:
+    import tenure
+
+    with tenure.connect(cli.store) as client:
+        client.acquire_permit("api", 3, ttl=10)
+        listing = cli("ls", "--store", cli.store).stdout
+    assert "semaphore 'api': 1 of 3 permits held (slots 0), 2 free, 0 waiting" in listing, listing

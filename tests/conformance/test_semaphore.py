@@ -155,3 +155,11 @@ def test_the_sync_semaphore(store_url: str) -> None:
         again = b.acquire_permit("sync", 1, ttl=5, wait=False)
         assert again.token > permit.token and again.permits == 1
         again.release()
+
+
+async def test_a_permit_shows_the_count_it_was_asked_with(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a:
+        permit = await a.acquire_permit("counted", 3, ttl=5)
+        [info] = await a.locks(permit.name)
+        assert info.value == "3" and info.token == permit.token
+        await permit.release()

@@ -60,13 +60,18 @@ def _recipes(infos: list[LockInfo], prefix: str, gate: str) -> dict[str, Group]:
         if part == gate:
             groups.setdefault(name, Group()).gate = info
         elif part.isdigit():
-            groups.setdefault(name, Group()).slots.append(int(part))
+            group = groups.setdefault(name, Group())
+            group.slots.append(int(part))
+            if info.value is not None and info.value.isdigit():
+                group.counts.append(int(info.value))
     return dict(sorted(groups.items()))
 
 
 @dataclass
 class Group:
     slots: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    """The counts the holders asked with (a semaphore's permits)."""
     gate: LockInfo | None = None
 
     @property
@@ -77,11 +82,17 @@ class Group:
 
 def semaphores(infos: list[LockInfo]) -> list[str]:
     """A line per semaphore in use: its held slots, and how many wait."""
-    return [
-        f"semaphore {shown(name)!r}: {len(group.slots)} permit(s) held"
-        f" (slots {', '.join(map(str, sorted(group.slots))) or '-'}), {group.waiting} waiting"
-        for name, group in _recipes(infos, SEMAPHORE, "queue").items()
-    ]
+    lines = []
+    for name, group in _recipes(infos, SEMAPHORE, "queue").items():
+        held, slots = len(group.slots), ", ".join(map(str, sorted(group.slots))) or "-"
+        # The holders' count (the largest, if they asked with several); none while only waiting.
+        count = max(group.counts, default=None)
+        of = f"{held} of {count} permits held" if count else f"{held} permit(s) held"
+        free = f", {max(0, count - held)} free" if count else ""
+        lines.append(
+            f"semaphore {shown(name)!r}: {of} (slots {slots}){free}, {group.waiting} waiting"
+        )
+    return lines
 
 
 def rwlocks(infos: list[LockInfo]) -> list[str]:
