@@ -521,3 +521,24 @@ async def test_a_killed_watcher_is_dropped(tmp_path: Path) -> None:
     assert raw.execute("SELECT count(*) FROM tenure_observers").fetchone() == (0,)
     raw.close()
     assert not list((tmp_path / "s.db-wake").iterdir())
+
+
+async def test_a_hand_over_between_the_check_and_the_attempt_is_a_grant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that hands the lock to a waiter after the waiter's unlocked look and before
+    its transaction: the transaction sees the grant (it used to queue the waiter again behind
+    its own lock, and nothing moved until its session ended)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    a = await store.open_session(5.0, Owner("h", 1, "A"))
+    b = await store.open_session(5.0, Owner("h", 2, "B"))
+    first = await store.attempt(a, "L", None, True)
+    busy = await store.attempt(b, "L", None, True)
+    assert isinstance(first, Grant) and not isinstance(busy, Grant)
+    await store.release(a, "L", first.token)  # hands "L" over to b's ticket
+    monkeypatch.setattr(store, "_handed_to", lambda session, ticket: None)  # looked before
+    outcome = await store.attempt(b, "L", busy.ticket, True)
+    assert isinstance(outcome, Grant) and outcome.token > first.token
+    [info] = await store.locks("L")
+    assert (info.owner.label, info.waiters) == ("B", 0)
+    await store.aclose()

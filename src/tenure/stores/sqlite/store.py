@@ -218,6 +218,8 @@ class SQLiteStore(Store, Elections, Records):
 
         def tx(db: sqlite3.Connection, now: float) -> Grant | Busy:
             nonlocal mine
+            if mine is not None and (handed := self._handed_over(db, now, session, mine)):
+                return handed  # handed to us since the unlocked read above
             params = self._params(now, id=session.id, name=name)
             holder = self._holder(db, name, now)
             held = [] if holder is not None else self._held(db, now, name)
@@ -269,13 +271,19 @@ class SQLiteStore(Store, Elections, Records):
         return outcome
 
     def _handed_to(self, session: SQLiteSession, ticket: Ticket) -> Grant | None:
-        """Did a release hand us the lock? One read, no write lock: the release did the work."""
+        """Did a release hand us the lock? One read, no write lock: the release did the work.
+        A release may still hand it over after this read: the transaction asks again."""
         with self._errors.on(sqlite3.Error):
-            row = self._db.execute(
-                "SELECT l.token FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
-                " WHERE l.name = :name AND l.waiter = :seq AND s.id = :id AND " + LIVE,
-                self._params(REAL_CLOCK.now(), name=ticket.name, seq=ticket.seq, id=session.id),
-            ).fetchone()
+            return self._handed_over(self._db, REAL_CLOCK.now(), session, ticket)
+
+    def _handed_over(
+        self, db: sqlite3.Connection, now: float, session: SQLiteSession, ticket: Ticket
+    ) -> Grant | None:
+        row = db.execute(
+            "SELECT l.token FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+            " WHERE l.name = :name AND l.waiter = :seq AND s.id = :id AND " + LIVE,
+            self._params(now, name=ticket.name, seq=ticket.seq, id=session.id),
+        ).fetchone()
         # Our session renewed by its keeper, not by this grant: its deadline stands as it is.
         return None if row is None else Grant(token=int(row[0]), renewed_session=False)
 
