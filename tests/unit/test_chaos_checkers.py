@@ -713,3 +713,114 @@ def test_a_permit_ends_at_its_holders_deadline() -> None:
     assert w1.end == 2.0
     renewed = history(paused, write_ok(1.9, "w1", 1, item="slot-0", deadline=4.0))
     assert checks(check_permit_overlap(renewed, SEMAPHORE_LOG)) == ["permit-overlap"]
+
+
+# --- read-write locks -----------------------------------------------------------------------
+
+
+def rw_grant(
+    process: str, token: int, mode: str, granted: float, deadline: float, slot: int = 0
+) -> list[Event]:
+    """An ``rwlock`` grant as the worker records it: the invoke names the read-write lock,
+    the ok the lease's own lock (a reader's slot, a writer's gate), its mode and deadline."""
+    lock = "rwlock/L/gate" if mode == "write" else f"rwlock/L/{slot}"
+    return [
+        Event(granted - 0.01, process, "acquire", "invoke", value={"name": "L", "mode": mode}),
+        Event(granted, process, "acquire", "ok", token=token,
+              value={"name": lock, "mode": mode, "deadline": deadline}),
+    ]  # fmt: skip
+
+
+def rw_read(
+    t: float, process: str, token: int, value: int | None, mode: str = "read"
+) -> list[Event]:
+    """A read; ``value`` None: the fence refused it."""
+    asked = {"mode": mode, "deadline": 0.0}  # the deadline then: past (never a later one)
+    done = (
+        Event(t + 0.01, process, "read", "fail", token=token, error="stale")
+        if value is None
+        else Event(t + 0.01, process, "read", "ok", token=token, value=value)
+    )
+    return [Event(t, process, "read", "invoke", token=token, value=asked), done]
+
+
+def rw_log(*writes: tuple[str, int, int, float], final: int | None = None) -> ResourceLog:
+    """Accepted writer writes as (process, token, old, commit time); each sets old+1."""
+    accepted = [
+        Accepted(seq, p, token, {"old": old, "new": old + 1}, t)
+        for seq, (p, token, old, t) in enumerate(writes, 1)
+    ]
+    return ResourceLog("rwlock", accepted, len(accepted) if final is None else final, {})
+
+
+def paused_reader(second_read: int | None) -> list[Event]:
+    """Reader w1 (token 2, deadline 0.5) reads 0 and is paused; writer w2 (token 3, granted
+    once w1's deadline passed) reads and writes 0 -> 1; w1 wakes and reads again."""
+    return history(
+        rw_grant("w1", 2, "read", 0.0, deadline=0.5), rw_read(0.1, "w1", 2, 0),
+        rw_grant("w2", 3, "write", 1.0, deadline=9.0), rw_read(1.1, "w2", 3, 0, "write"),
+        write_ok(1.2, "w2", 3, old=0, new=1), op(1.3, "w2", "release", 3),
+        rw_read(2.0, "w1", 2, second_read), op(2.1, "w1", "release", 2),
+    )  # fmt: skip
+
+
+def test_a_reader_seeing_a_write_between_its_reads_bites() -> None:
+    from tenure.testing.chaos.checkers import check_writer_beside_reader
+
+    runs = paused_reader(second_read=1)  # unfenced: the stale reader's read is served
+    [finding] = check_writer_beside_reader(runs, rw_log(("w2", 3, 0, 1.21)))
+    assert finding.check == "writer-beside-reader" and finding.gated
+    assert "w1 (read lock, token 2) read 0, then 1" in finding.message
+    assert "write #1 by w2 token 3" in finding.message
+    assert set(finding.processes) == {"w1", "w2"}
+    counts = violations(check_all(runs, rw_log(("w2", 3, 0, 1.21))))
+    assert counts["writer-beside-reader"] == 1 and counts["lost-update"] == 0
+    assert "writer-beside-reader" in GATED
+
+
+def test_a_stale_reader_refused_and_readers_side_by_side_pass() -> None:
+    from tenure.testing.chaos.checkers import check_writer_beside_reader
+
+    fenced = paused_reader(second_read=None)  # admit_read refused the read after the write
+    assert check_writer_beside_reader(fenced, rw_log(("w2", 3, 0, 1.21))) == []
+    readers = history(  # three readers at once, each reading one value twice; a writer after
+        rw_grant("w1", 1, "read", 0.0, 9.0, slot=0), rw_read(0.1, "w1", 1, 0),
+        rw_grant("w2", 2, "read", 0.2, 9.0, slot=1), rw_read(0.3, "w2", 2, 0),
+        rw_grant("w3", 3, "read", 0.4, 9.0, slot=2), rw_read(0.5, "w3", 3, 0),
+        rw_read(0.6, "w1", 1, 0), rw_read(0.7, "w2", 2, 0), rw_read(0.8, "w3", 3, 0),
+        op(0.9, "w1", "release", 1), op(0.9, "w2", "release", 2), op(0.9, "w3", "release", 3),
+        rw_grant("w4", 4, "write", 1.0, 9.0), rw_read(1.1, "w4", 4, 0, "write"),
+        write_ok(1.2, "w4", 4, old=0, new=1), op(1.3, "w4", "release", 4),
+        rw_grant("w1", 5, "read", 1.4, 9.0), rw_read(1.5, "w1", 5, 1), rw_read(1.6, "w1", 5, 1),
+    )  # fmt: skip
+    log = rw_log(("w4", 4, 0, 1.21))
+    assert check_writer_beside_reader(readers, log) == []
+    assert checks(check_all(readers, log)) == []  # belief-overlap judges each slot alone
+
+
+def test_a_writer_granted_beside_a_reader_bites_until_the_readers_deadline() -> None:
+    from tenure.testing.chaos.checkers import check_writer_beside_reader
+
+    def run(reader_deadline: float, *rest: list[Event]) -> list[Event]:
+        return history(
+            rw_grant("w1", 1, "read", 0.0, reader_deadline), rw_read(0.1, "w1", 1, 0),
+            rw_grant("w2", 2, "write", 1.0, 9.0), op(1.5, "w2", "release", 2),
+            op(2.0, "w1", "release", 1), *rest,
+        )  # fmt: skip
+
+    log = rw_log()
+    [finding] = check_writer_beside_reader(run(9.0), log)  # the lock granted a writer beside
+    assert finding.gated and "w2 held the write lock (token 2)" in finding.message
+    assert "w1 held the read lock (token 1)" in finding.message
+    assert check_writer_beside_reader(run(0.5), log) == []  # w1 may not act past 0.5
+    # Lease clocks skewed on purpose: a deadline may fall after the store's expiry.
+    skewed = run(9.0, op(0.0, NEMESIS, "clock", target="all workers", rate=0.5))
+    [diagnostic] = check_writer_beside_reader(skewed, log)
+    assert not diagnostic.gated
+
+
+def test_rwlock_writes_are_checked_like_a_counter() -> None:
+    runs = paused_reader(second_read=None)
+    log = rw_log(("w2", 3, 0, 1.2), ("w1", 2, 0, 2.0), final=1)  # a stale writer's write too
+    counts = violations(check_all(runs, log))
+    assert counts["lost-update"] == 2 and counts["stale-token"] == 1

@@ -13,9 +13,12 @@ Operations (``f``) of the workers:
 
 =========  =========================================================================================
 acquire    invoke: asks for ``value["name"]``; ok: ``token`` granted, ``value["deadline"]`` the
-           holder's own deadline converted to host time; fail: ``error`` says why.
-read       invoke with ``token`` (partition: ``value`` ``{"item": i, "deadline": d}``); ok:
-           ``value`` read; fail: refused (``error="stale"``) or lost.
+           holder's own deadline converted to host time; fail: ``error`` says why. ``rwlock``:
+           both carry ``value["mode"]`` (``read`` or ``write``), and the ok's ``name`` is the
+           grant's own lock (a reader's slot, a writer's gate).
+read       invoke with ``token`` (partition: ``value`` ``{"item": i, "deadline": d}``; rwlock:
+           ``{"mode": m, "deadline": d}``); ok: ``value`` read; fail: refused
+           (``error="stale"``) or lost.
 write      invoke with ``token`` and ``value`` (counter: ``{"old": n, "new": n+1}``; set:
            ``{"element": e}``; election log: ``{"term": t, "leader": id, "n": seq}``;
            partition: ``{"item": i, "old": n, "new": n+1, "deadline": d}``, ``d`` the item's lease

@@ -3,7 +3,8 @@
 One fault at a time, chosen by the run's seeded random generator from the scenario's list. A
 fault that lasts (a pause, a partition) is an ``invoke`` event when it begins and an ``ok`` when
 it ends; an instant one (a kill) is an ``info``. Faults aimed at "the holder" ask the store who
-holds the lock (through a direct, unproxied client) and fall back to a random worker.
+holds the lock (through a direct, unproxied client) and fall back to a random worker; in an
+``rwlock`` run one of the readers holding the read-write lock, else its writer.
 
 Kinds:
 
@@ -46,6 +47,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import tenure
 
 from ..._errors import InvalidArgument
+from ..._rwlock import PREFIX as RWLOCK_PREFIX
+from ..._rwlock import gate_name
 from .history import Recorder
 from .servers import RedisControl, ServerControl
 
@@ -60,6 +63,7 @@ class Stage(Protocol):
     lock: str
     ttl: float
     workers: list[WorkerProcess]
+    workload: str
 
     @property
     def effective_lock_delay(self) -> float: ...
@@ -99,11 +103,30 @@ class Nemesis:
         with contextlib.suppress(tenure.TenureError):
             if self._observer is None:
                 self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
-            for info in self._observer.locks(self.run.lock):
-                for worker in self.run.workers:
-                    if info.owner.label == f"chaos {worker.name}":
-                        return worker
+            if self.run.workload == "rwlock":
+                infos = self._rwlock_holders()
+            else:
+                infos = self._observer.locks(self.run.lock)
+            labels = {info.owner.label for info in infos}
+            holders = [w for w in self.run.workers if f"chaos {w.name}" in labels]
+            if len(holders) > 1:
+                return self.rng.choice(holders)
+            if holders:
+                return holders[0]
         return None
+
+    def _rwlock_holders(self) -> list[tenure.LockInfo]:
+        """The holders of an ``rwlock`` run's read-write lock: the readers on its slots; if
+        there are none, the holder of its gate, a writer. A slot's holder that holds the gate
+        too is no reader (yet): a writer waiting out the readers takes their slots as they
+        go, and a reader holds the gate only on its way to a slot."""
+        assert self._observer is not None
+        gate = gate_name(self.run.lock)
+        infos = self._observer.locks(prefix=f"{RWLOCK_PREFIX}{self.run.lock}/")
+        at_gate = [info for info in infos if info.name == gate]
+        passing = {info.owner.label for info in at_gate}
+        readers = [info for info in infos if info.name != gate and info.owner.label not in passing]
+        return readers or at_gate
 
     def waiter(self) -> WorkerProcess:
         holder = self.holder()

@@ -19,6 +19,11 @@ behind its own fence (resource ``item/<item>``), so a write is judged by that it
 needs. The ``semaphore`` workload keeps one such counter per permit slot (``slot-<i>``): a
 permit's token is its slot's, and its ``meta`` holds the permits.
 
+The ``rwlock`` workload keeps the counter, behind the fence of a read-write lock: a reader's
+reads are admitted with `SQLFence.admit_read` (never refused by other readers), a writer's
+accesses with `SQLFence.admit_write` (`Resource.read_shared`, `read_exclusive`,
+`write_exclusive`); unfenced, both are plain transactions.
+
 The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
 file then only names the workload, and the store's URL is needed to create and read it.
 """
@@ -45,9 +50,11 @@ GUARDED = "guarded"  # the workload whose counter lives in the store
 RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker`)
 PARTITION = "partition"  # members of a partition group, one fenced counter per item
 SEMAPHORE = "semaphore"  # holders of a semaphore's permits, one fenced counter per slot
+RWLOCK = "rwlock"  # readers and writers of a read-write lock, one counter behind its fence
 PER_ITEM = (PARTITION, SEMAPHORE)  # the workloads whose resource is one counter per item
-WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION, SEMAPHORE)
-_EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None}
+WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION, SEMAPHORE, RWLOCK)
+COUNTERS = ("counter", RWLOCK)  # the workloads whose resource is one counter, written value+1
+_EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None, RWLOCK: 0}
 
 
 def partition_items(count: int) -> list[str]:
@@ -151,6 +158,50 @@ class Resource:
         """Replace the value and log the write, in one transaction (`StaleToken` if fenced and
         refused: then nothing is written)."""
         with self._access(token) as cur:
+            cur.execute("UPDATE state SET value = ?", (json.dumps(value),))
+            cur.execute(
+                "INSERT INTO accepted (process, token, data, t) VALUES (?, ?, ?, ?)",
+                (self.process, token, json.dumps(data), time.monotonic()),
+            )
+
+    @contextmanager
+    def _rw_access(self, token: int, mode: str) -> Iterator[sqlite3.Cursor]:
+        """A transaction of the ``rwlock`` workload, admitting ``token`` as a reader's
+        (``mode`` ``read``) or a writer's (``write``) when fenced; `StaleToken` if refused."""
+        cur = self._db.cursor()
+        cur.execute("BEGIN IMMEDIATE")  # the admits write the fence's rows
+        try:
+            if self.fenced and mode == "read":
+                self._fence.admit_read(cur, RESOURCE, token)
+            elif self.fenced:
+                self._fence.admit_write(cur, RESOURCE, token)
+            yield cur
+            cur.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                cur.execute("ROLLBACK")
+            raise
+        finally:
+            cur.close()
+
+    def read_shared(self, token: int) -> int:
+        """The ``rwlock`` workload: a reader's read of the counter (fenced: `admit_read`)."""
+        with self._rw_access(token, "read") as cur:
+            (value,) = cur.execute("SELECT value FROM state").fetchone()
+        return int(json.loads(value))
+
+    def read_exclusive(self, token: int) -> int:
+        """The ``rwlock`` workload: a writer's read of the counter, admitted as a write
+        (fenced: `admit_write`), so that from this read on no older reader or writer is served
+        (see `Worker.step_rwlock`)."""
+        with self._rw_access(token, "write") as cur:
+            (value,) = cur.execute("SELECT value FROM state").fetchone()
+        return int(json.loads(value))
+
+    def write_exclusive(self, token: int, value: int, data: dict[str, Any]) -> None:
+        """The ``rwlock`` workload: a writer sets the counter and logs the write, in one
+        transaction (fenced: `admit_write`; `StaleToken` if refused: nothing is written)."""
+        with self._rw_access(token, "write") as cur:
             cur.execute("UPDATE state SET value = ?", (json.dumps(value),))
             cur.execute(
                 "INSERT INTO accepted (process, token, data, t) VALUES (?, ?, ?, ?)",

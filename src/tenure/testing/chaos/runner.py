@@ -40,6 +40,7 @@ from .report import Report, RunInfo, build_report
 from .resource import (
     PARTITION,
     RUN,
+    RWLOCK,
     SEMAPHORE,
     create_resource,
     partition_items,
@@ -76,6 +77,9 @@ class Run:
     """The ``partition`` workload: how many items the group splits."""
     permits: int = 2
     """The ``semaphore`` workload: how many permits its semaphore has."""
+    readers: int = 3
+    """The ``rwlock`` workload: how many readers may hold its read lock at once (few, so that
+    readers overlap and writers wait for them)."""
     workers: list[WorkerProcess] = field(default_factory=list)
 
     @property
@@ -113,6 +117,8 @@ class Run:
                         "lock_delay": self.effective_lock_delay}  # fmt: skip
         elif self.workload == SEMAPHORE:  # what the permit-overlap checker needs
             settings = {"items": slot_items(self.permits), "permits": self.permits}
+        elif self.workload == RWLOCK:
+            settings = {"readers": self.readers}
         create_resource(resource, self.workload, self.store_url, settings)
         rng = random.Random(self.seed)
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
@@ -182,7 +188,7 @@ class Run:
                 LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
                 for s in checkers.work_spans(work)
             ]
-        elif self.workload == SEMAPHORE:  # each permit, to its deadline, in its holder's lane
+        elif self.workload in (SEMAPHORE, RWLOCK):  # each grant, to its deadline, in its lane
             bars = checkers.permit_windows(history)
         elif self.workload == PARTITION:  # what each member owned, in its lane
             bars = [
@@ -252,7 +258,7 @@ class Run:
             "--clock-rate", repr(self._clock_rate()),
             "--lock-delay", repr(self.effective_lock_delay),
             "--stall-file", str(history_dir / f"{name}.stall"), "--items", str(self.items),
-            "--permits", str(self.permits),
+            "--permits", str(self.permits), "--readers", str(self.readers),
         ]  # fmt: skip
         if not self.fenced:
             argv.append("--unfenced")

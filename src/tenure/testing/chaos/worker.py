@@ -30,6 +30,10 @@ partition each worker is a member of one partition group (``--lock`` names it) s
 semaphore each worker takes one of ``--permits`` permits of a semaphore (``--lock`` names it;
           ``client.acquire_permit``), reads its slot's counter, thinks, writes it + 1, fenced
           by the permit's token, which is its slot's (``--unfenced``: without it).
+rwlock    each worker takes the read lock of a read-write lock (``--lock`` names it; at most
+          ``--readers`` readers at once) two times in three, else its write lock: a reader
+          reads the counter, thinks, reads it again (each read fenced by `admit_read`); a
+          writer reads it, thinks, writes it + 1 (both fenced by `admit_write`).
 guarded   the counter step on a counter kept in the store itself (`guards`): the write applies
           only while the store still says the token holds the lock, checked in the write's own
           transaction (``--unfenced``: the same write without that check).
@@ -55,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 import tenure
 
 from ..._clock import REAL_CLOCK
+from ..._rwlock import gate_name, slot_name
 from ..._url import open_store
 from ...stores._spi import Store
 from ..faults import FaultyStore
@@ -63,6 +68,7 @@ from .ownership import Ownership, one_line
 from .resource import (
     GUARDED,
     PARTITION,
+    RWLOCK,
     SEMAPHORE,
     WORKLOADS,
     Resource,
@@ -72,6 +78,9 @@ from .resource import (
 
 if TYPE_CHECKING:
     from .guards import Guard
+
+READ_SHARE = 2 / 3
+"""The ``rwlock`` workload: the share of its steps that take the read lock."""
 
 
 class ScaledClock:
@@ -234,7 +243,10 @@ class Worker:
         name = self.args.lock
         semaphore = self.args.workload == SEMAPHORE
         # A permit's lock is its slot's, known only once granted: the ok names it.
-        self.rec.record("acquire", "invoke", value={"semaphore" if semaphore else "name": name})
+        asked: dict[str, Any] = {"semaphore" if semaphore else "name": name}
+        if self.args.workload == RWLOCK:
+            asked["mode"] = "read" if self.rng.random() < READ_SHARE else "write"
+        self.rec.record("acquire", "invoke", value=asked)
         timeout = max(0.1, self.until - time.monotonic())
         try:
             lease: tenure.Lease
@@ -246,6 +258,12 @@ class Worker:
                 lease = self.client.acquire_permit(
                     name, self.args.permits, self.args.ttl, timeout=timeout
                 )
+            elif asked.get("mode") == "read":
+                lease = self.client.acquire_read(
+                    name, self.args.ttl, readers=self.args.readers, timeout=timeout
+                )
+            elif asked.get("mode") == "write":
+                lease = self.client.acquire_write(name, self.args.ttl, timeout=timeout)
             else:
                 lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
         except tenure.NotAcquired:
@@ -255,10 +273,13 @@ class Worker:
             self.rec.record("acquire", "fail", error=one_line(exc))
             time.sleep(min(self.args.ttl / 3, 0.5))
             return None
-        self.rec.record(
-            "acquire", "ok", token=lease.token,
-            value={"name": lease.name, "deadline": self.deadline(lease)},
-        )  # fmt: skip
+        granted = {"name": lease.name, "deadline": self.deadline(lease)}
+        if isinstance(lease, tenure.RWLease):
+            # The lease's own lock (a reader's slot, a writer's gate) for the belief windows;
+            # the invoke's name, the read-write lock's, is the one token order is judged by.
+            lock = slot_name(name, lease.slot) if lease.mode == "read" else gate_name(name)
+            granted = {"name": lock, "mode": lease.mode, "deadline": granted["deadline"]}
+        self.rec.record("acquire", "ok", token=lease.token, value=granted)
         lease.on_lost(lambda lost: self._lost(lost))
         return lease
 
@@ -329,6 +350,49 @@ class Worker:
             lambda: self.resource.write_item(token, item, value + 1, data),
         )  # fmt: skip
 
+    def step_rwlock(self, lease: tenure.Lease) -> None:
+        """A reader reads the counter, thinks and reads it again: the two reads must agree,
+        since no writer may write while a reader holds the lock (``writer-beside-reader``). A
+        writer does the counter step. Each access records the deadline then, as the semaphore
+        step does, so the lease's window ends at it (`checkers.permit_windows`)."""
+        assert isinstance(lease, tenure.RWLease)
+        token = lease.token
+        if lease.mode == "read":
+            self.read_as_reader(lease)
+            self.think()
+            self.read_as_reader(lease)
+            return
+        # A writer admits its read as a write too (`admit_write`), as the counter workload admits
+        # every access: its read is the first half of an exclusive read-modify-write. Any later
+        # access by a newer holder (a reader's read included, which raises the highest token
+        # admitted) then refuses this writer's write, so a stale writer never writes value+1
+        # over a value it did not read; and from its read on the fence serves no older reader
+        # or writer, so a stale reader cannot read beside it. (`admit_read` here would keep the
+        # first promise, not the second.)
+        asked = {"mode": "write", "deadline": self.deadline(lease)}
+        value = self.op("read", token, asked, lambda: self.resource.read_exclusive(token))
+        self.think()
+        data = {"old": value, "new": value + 1}
+        invoke = {**data, "mode": "write", "deadline": self.deadline(lease)}
+        self.rec.record("write", "invoke", token=token, value=invoke)
+        try:
+            self.resource.write_exclusive(token, value + 1, data)
+        except tenure.StaleToken:
+            self.rec.record("write", "fail", token=token, error="stale")
+            raise
+        except Exception as exc:
+            self.rec.record("write", "info", token=token, error=one_line(exc))
+            raise
+        # The ok carries the write (as the partition step's does), for the acknowledged-write
+        # half of ``lost-update``.
+        self.rec.record("write", "ok", token=token, value=data)
+
+    def read_as_reader(self, lease: tenure.RWLease) -> int:
+        token = lease.token
+        asked = {"mode": "read", "deadline": self.deadline(lease)}
+        value: int = self.op("read", token, asked, lambda: self.resource.read_shared(token))
+        return value
+
     def step_election(self, lease: tenure.Lease) -> None:
         # A leader appends a set number of entries (not "until a time"), so one paused between
         # two appends wakes up and appends again, as a real leader would.
@@ -353,6 +417,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lock", default="chaos")
     parser.add_argument("--items", type=int, default=8, help="the partition workload's items")
     parser.add_argument("--permits", type=int, default=2, help="the semaphore workload's")
+    parser.add_argument("--readers", type=int, default=3, help="the rwlock workload's")
     parser.add_argument("--ttl", type=float, default=1.0)
     parser.add_argument("--think", type=float, default=0.25)
     parser.add_argument("--seed", type=int, default=0)
