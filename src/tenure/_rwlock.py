@@ -37,7 +37,7 @@ from ._errors import InvalidArgument, NotAcquired
 from ._lease import AsyncLease
 from ._lock import acquire
 from ._names import MAX_NAME_BYTES, check_name
-from ._semaphore import MAX_PERMITS, first_granted, free_slot, give_back
+from ._semaphore import check_count, first_granted, free_slot, give_back
 
 if TYPE_CHECKING:
     from ._pool import SessionPool
@@ -63,10 +63,7 @@ class AsyncRWLease(AsyncLease):
 
 def check_readers(name: str, readers: object) -> int:
     check_name(name)
-    if isinstance(readers, bool) or not isinstance(readers, int):
-        raise InvalidArgument(f"readers must be a whole number, got {readers!r}")
-    if not 1 <= readers <= MAX_PERMITS:
-        raise InvalidArgument(f"readers must be 1 to {MAX_PERMITS}, got {readers}")
+    readers = check_count(readers, "readers")
     if len(slot_name(name, readers - 1).encode()) > MAX_NAME_BYTES:
         raise InvalidArgument(f"read-write lock name is too long: {name[:40]!r}…")
     return readers

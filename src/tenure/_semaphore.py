@@ -57,18 +57,19 @@ class AsyncPermit(AsyncLease):
         return f"<Permit {self.slot} of {self.semaphore!r} token={self.token} {state}>"
 
 
-def check_permits(permits: object) -> int:
-    if isinstance(permits, bool) or not isinstance(permits, int):
-        raise InvalidArgument(f"permits must be a whole number, got {permits!r}")
-    if not 1 <= permits <= MAX_PERMITS:
-        raise InvalidArgument(f"permits must be 1 to {MAX_PERMITS}, got {permits}")
-    return permits
+def check_count(count: object, what: str = "permits") -> int:
+    """A count of slots (a semaphore's permits, a read-write lock's readers): 1 to 256."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise InvalidArgument(f"{what} must be a whole number, got {count!r}")
+    if not 1 <= count <= MAX_PERMITS:
+        raise InvalidArgument(f"{what} must be 1 to {MAX_PERMITS}, got {count}")
+    return count
 
 
 def check_semaphore(name: str, permits: object) -> int:
     """The semaphore's name and count are fit, and so are its slots' names."""
     check_name(name)
-    permits = check_permits(permits)
+    permits = check_count(permits)
     if len(slot_name(name, permits - 1).encode()) > MAX_NAME_BYTES:
         raise InvalidArgument(f"semaphore name is too long for its permits: {name[:40]!r}…")
     return permits
