@@ -39,6 +39,7 @@ from ._semaphore import AsyncPermit, check_semaphore
 from ._values import Capabilities, HeldBack, LockInfo
 
 T = TypeVar("T")
+HeldT = TypeVar("HeldT", bound="Lease")
 
 
 class Lease:
@@ -284,15 +285,7 @@ class Client:
         check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
         check_semaphore(name, permits)
         self._async.timing(ttl, options.get("lock_delay"))
-        client = self
-
-        @contextmanager
-        def hold() -> Iterator[Permit]:
-            permit = client.acquire_permit(name, permits, ttl, **options)
-            with client._hold(permit):
-                yield permit
-
-        return hold()
+        return self._taken(lambda: self.acquire_permit(name, permits, ttl, **options))
 
     # -- read-write locks ------------------------------------------------------------------
 
@@ -317,7 +310,7 @@ class Client:
         check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
         check_readers(name, options.get("readers", DEFAULT_READERS))
         self._async.timing(ttl, options.get("lock_delay"))
-        return self._rw_hold(lambda: self.acquire_read(name, ttl, **options))
+        return self._taken(lambda: self.acquire_read(name, ttl, **options))
 
     def write_lock(
         self, name: str, ttl: float = DEFAULT_TTL, **options: Unpack[PermitKeywords]
@@ -326,10 +319,11 @@ class Client:
         check_arguments(name, ttl, options.get("timeout"), self._async.drift, self._async.margin)
         check_readers(name, DEFAULT_READERS)
         self._async.timing(ttl, options.get("lock_delay"))
-        return self._rw_hold(lambda: self.acquire_write(name, ttl, **options))
+        return self._taken(lambda: self.acquire_write(name, ttl, **options))
 
     @contextmanager
-    def _rw_hold(self, take: Callable[[], RWLease]) -> Iterator[RWLease]:
+    def _taken(self, take: Callable[[], HeldT]) -> Iterator[HeldT]:
+        """A block that takes a lease on entry (``take``) and holds it as ``_hold`` does."""
         lease = take()
         with self._hold(lease):
             yield lease
