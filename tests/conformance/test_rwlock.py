@@ -59,7 +59,25 @@ async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
                 group.start_soon(reader, client)
             for client in (b, a):
                 group.start_soon(writer, client)
-    assert beside == [] and most_readers >= 2
+    assert beside == [] and most_readers >= 1
+
+
+async def test_a_held_read_lock_lets_other_readers_in(store_url: str) -> None:
+    """Readers overlap whenever they are free to: arranged with held grants, not a race."""
+    async with (
+        tenure.connect_async(store_url) as a,
+        tenure.connect_async(store_url) as b,
+        tenure.connect_async(store_url) as c,
+    ):
+        first = await a.acquire_read("shared", ttl=5)
+        second = await b.acquire_read("shared", ttl=5, timeout=10)  # granted beside the first
+        third = await a.acquire_read("shared", ttl=5, timeout=10)
+        assert not (first.lost or second.lost or third.lost)
+        assert len({first.slot, second.slot, third.slot}) == 3
+        with pytest.raises(NotAcquired):
+            await c.acquire_write("shared", ttl=5, wait=False)  # ...and a writer stays out
+        for lease in (first, second, third):
+            await lease.release()
 
 
 async def test_a_writer_in_line_stops_the_readers_behind_it(store_url: str) -> None:
