@@ -1,6 +1,6 @@
 """The one place that reads the real clock.
 
-Leases are timed on a monotonic clock, never wall time (DESIGN rule 2). On Linux this is
+Leases are timed on a monotonic clock, never wall time (docs/design.md rule 2). On Linux this is
 CLOCK_BOOTTIME: it keeps counting while the machine is suspended, so a holder's own deadline
 never outlives the store's view of its lease across a suspend; elsewhere, time.monotonic().
 """

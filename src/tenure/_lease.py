@@ -1,4 +1,4 @@
-"""Leases: what a holder has, and how loss reaches it (DESIGN rule 5).
+"""Leases: what a holder has, and how loss reaches it (docs/design.md rule 5).
 
 ``AsyncLease`` is the lease itself; the sync ``Lease`` is a view of one that releases through the
 client's event-loop thread. Loss is decided by the session's ``LeaseState``; this module turns it

@@ -1,6 +1,6 @@
 """Lease timing as a pure state machine: no I/O, no real clock.
 
-A holder's deadline is conservative (DESIGN rule 3)::
+A holder's deadline is conservative (docs/design.md rule 3)::
 
     deadline = t_sent + ttl * (1 - drift) - margin
 

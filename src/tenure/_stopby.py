@@ -1,4 +1,4 @@
-"""When a supervised command is stopped (DESIGN rule 5): a pure step function, no I/O.
+"""When a supervised command is stopped (docs/design.md rule 5): a pure step function, no I/O.
 
 While renewals are confirmed nothing happens. When they are not, SIGTERM at ``deadline −
 grace`` and SIGKILL at the deadline, which comes before the store could grant the lock to

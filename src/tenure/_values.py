@@ -62,7 +62,7 @@ class LockInfo:
 @dataclass(frozen=True)
 class HeldBack:
     """A name that is free but not grantable yet: its last lease ended without a release and
-    its lock-delay has not passed (DESIGN rule 8)."""
+    its lock-delay has not passed (docs/design.md rule 8)."""
 
     name: str
     token: int

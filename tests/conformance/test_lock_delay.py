@@ -1,4 +1,4 @@
-"""Rule 8 of DESIGN.md on every store: a lease that ends without a release holds its name back
+"""Rule 8 of docs/design.md on every store: a lease that ends without a release holds its name back
 for ``lock_delay`` seconds, by the store's own state and clock; a clean release frees it at once.
 """
 

@@ -1,4 +1,4 @@
-"""Rules 1, 5, 6 and 8 of DESIGN.md on every store: exclusion, tokens, loss, release, queueing."""
+"""Rules 1, 5, 6 and 8 of docs/design.md on every store: exclusion, tokens, loss, release, queueing."""
 
 from __future__ import annotations
 

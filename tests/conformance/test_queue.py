@@ -1,4 +1,4 @@
-"""Rule 9 of DESIGN.md on every store, at the queue: a waiter whose session died is skipped, a
+"""Rule 9 of docs/design.md on every store, at the queue: a waiter whose session died is skipped, a
 release wakes the next waiter only, and an attempt that will not wait leaves nothing behind."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The checkers of a chaos run: they read the merged history and what the protected resource
-accepted, and name every broken promise of DESIGN.md.
+accepted, and name every broken promise of docs/design.md.
 
 Safety is judged by the resource's own log (what it accepted, in its commit order), not by what
 the workers believed: a worker's belief that it holds a lock can be stale under faults, and fencing
