@@ -488,7 +488,7 @@ class Bench:
 
             asked = 0.0 if variant == "tenure-sync-nodelay" else None  # None: the default
             extra = {"lock_delay": asked}
-            extra["lock_delay_s"] = tenure.Timing(ttl, lock_delay=asked).hold_back
+            extra["lock_delay_s"] = tenure.Timing(ttl, lock_delay=asked).lock_delay
         trials: list[dict[str, Any]] = []
         for _ in range(trials_wanted):
             workdir = self.log(f"failover-{variant}")

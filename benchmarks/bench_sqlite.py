@@ -470,7 +470,7 @@ class Bench:
         import tenure
 
         asked = FAILOVER_DELAYS[variant]
-        delay = tenure.Timing(FAILOVER_TTL, lock_delay=asked).hold_back
+        delay = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
         times = []
         for _ in range(trials):
             workdir = self.fresh_dir(f"failover-{variant}")

@@ -936,7 +936,7 @@ class Bench:
 
             asked = 0.0 if variant == "tenure-sync-nodelay" else None  # None: the default
             delay = {"lock_delay": asked}
-            delay["lock_delay_s"] = tenure.Timing(FAILOVER_TTL, lock_delay=asked).hold_back
+            delay["lock_delay_s"] = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
         for _ in range(self.s.failover_trials):
             workdir = self.log(f"failover-{variant}")
             config = self.server.config(variant, ttl=FAILOVER_TTL, heart=True, **delay)

@@ -1,12 +1,15 @@
 """tenure: distributed locks, leases and fencing tokens — safe by default.
 
-Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md.
+Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md and
+docs/index.md. A client makes a handle per primitive — ``lock``, ``semaphore``, ``rwlock``,
+``election``, ``once``, ``partitions`` — with the same verbs on each: ``acquire()``,
+``release()``, a ``with`` / ``async with`` block and ``@handle`` on a function.
 """
 
 from ._client import AsyncClient, connect_async
 from ._clock import Clock
 from ._decorators import Skipped
-from ._election import AsyncLeadership, Leader
+from ._election import AsyncElection, AsyncLeadership, Election, Leader, Leadership
 from ._errors import (
     InvalidArgument,
     LeaseLost,
@@ -15,50 +18,69 @@ from ._errors import (
     StoreUnavailable,
     TenureError,
 )
-from ._lease import AsyncLease
-from ._once import AsyncRun, Slot
-from ._partitions import AsyncMember, PartitionChange
-from ._rwlock import AsyncRWLease
-from ._semaphore import AsyncPermit
-from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
-from ._sync import Client, Leadership, Lease, Member, Permit, Run, RWLease, connect
-from ._values import Capabilities, HeldBack, LockInfo, Owner
+from ._lease import AsyncLease, Lease
+from ._lock import AsyncLock, Lock
+from ._names import LockName, describe
+from ._once import AsyncClaim, AsyncOnce, Claim, Once, SlotRecord
+from ._partitions import AsyncMember, AsyncPartitionGroup, Member, PartitionChange, PartitionGroup
+from ._rwlock import AsyncRWLease, AsyncRWLock, AsyncRWSide, RWLease, RWLock, RWSide
+from ._semaphore import AsyncPermit, AsyncSemaphore, Permit, Semaphore
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Loss, Timing
+from ._sync import Client, connect
+from ._values import Capabilities, Holder, LockDelay, LockInfo
 
 __all__ = [
     "DEFAULT_DRIFT",
     "DEFAULT_MARGIN",
+    "DEFAULT_TTL",
+    "AsyncClaim",
     "AsyncClient",
+    "AsyncElection",
     "AsyncLeadership",
     "AsyncLease",
+    "AsyncLock",
     "AsyncMember",
+    "AsyncOnce",
+    "AsyncPartitionGroup",
     "AsyncPermit",
     "AsyncRWLease",
-    "AsyncRun",
+    "AsyncRWLock",
+    "AsyncRWSide",
+    "AsyncSemaphore",
     "Capabilities",
+    "Claim",
     "Client",
     "Clock",
-    "HeldBack",
+    "Election",
+    "Holder",
     "InvalidArgument",
     "Leader",
     "Leadership",
     "Lease",
     "LeaseLost",
+    "Lock",
+    "LockDelay",
     "LockInfo",
+    "LockName",
     "Loss",
     "Member",
     "NotAcquired",
-    "Owner",
+    "Once",
     "PartitionChange",
+    "PartitionGroup",
     "Permit",
     "RWLease",
-    "Run",
+    "RWLock",
+    "RWSide",
+    "Semaphore",
     "Skipped",
-    "Slot",
+    "SlotRecord",
     "StaleToken",
     "StoreUnavailable",
     "TenureError",
     "Timing",
     "connect",
     "connect_async",
+    "describe",
 ]
 __version__ = "0.1.0"

@@ -1,15 +1,15 @@
-"""Decorators for work that already lives in functions: ``@client.exclusive(name)`` runs the
-function only while holding lock ``name``; ``@client.once_per(job, slot=…)`` runs it at most
-once per slot of ``job`` (the policies of ``tenure once``). Sync functions go with the sync
-client, coroutine functions with the async one.
+"""What the decorator form of every handle shares (``@client.lock(name, wait=False)``,
+``@client.once(job, slot=…)``, ...): sync functions go with the sync client, coroutine
+functions with the async one.
 
 A call that does not run here returns a `Skipped` — falsy, saying why (the lock was held,
 the slot was over or running elsewhere) — instead of raising: on a group of servers that all
 call the function, not running is the normal outcome on all but one. A function that declares
-a parameter named ``lease`` (exclusive) or ``run`` (once_per) is given it, for its token.
-In async code a lost lease cancels the function (as ``async with client.lock``); sync code
-cannot be interrupted, so the call raises ``LeaseLost`` when it returns, and the function
-should check ``lease.check()`` (or fence with ``lease.token``) before each write.
+a parameter named as the handle's grant (``lease``, ``permit``, ``leadership``, ``claim``,
+``member``) is given it, for its token. In async code a lost lease cancels the function (as
+``async with``); sync code cannot be interrupted, so the call raises ``LeaseLost`` when it
+returns, and the function should check ``lease.check()`` (or fence with ``lease.token``) before
+each write.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from ._errors import InvalidArgument
-from ._once import Slot
 from ._values import LockInfo
+
+if TYPE_CHECKING:
+    from ._once import SlotRecord
 
 SkipReason = Literal["held", "running", "done", "failed"]
 P = ParamSpec("P")
@@ -36,9 +38,9 @@ class Skipped:
     name: str
     """The lock's name, or ``job/slot``."""
     reason: SkipReason
-    holder: LockInfo | None = None
-    """Who held the lock (``held``), if the store said."""
-    slot: Slot | None = None
+    lock: LockInfo | None = None
+    """The lock as the store saw it (``held``: its ``holder``), if it said."""
+    record: SlotRecord | None = None
     """The slot's record (``running``, ``done``, ``failed``), if there is one."""
 
     def __bool__(self) -> bool:
@@ -46,7 +48,8 @@ class Skipped:
 
     def __str__(self) -> str:
         if self.reason == "held":
-            who = f" by {self.holder.owner.label or self.holder.owner.host}" if self.holder else ""
+            holder = self.lock.holder if self.lock else None
+            who = f" by {holder.label or holder.host}" if holder else ""
             return f"{self.name}: not run here, the lock is held{who}"
         if self.reason == "running":
             return f"{self.name}: not run here, it is running elsewhere"
@@ -91,8 +94,8 @@ def slot_of(slot: str | Callable[[], str]) -> Callable[[], str]:
     raise InvalidArgument(f"slot must be a key or a function giving one, got {slot!r}")
 
 
-def not_run(job: str, key: str, state: str, slot: Slot | None) -> Skipped:
+def not_run(job: str, key: str, state: str, record: SlotRecord | None) -> Skipped:
     """The `Skipped` of a slot that was not claimed here."""
     assert state in ("running", "done", "failed"), state
     reason: SkipReason = state  # type: ignore[assignment]
-    return Skipped(f"{job}/{key}", reason, slot=slot)
+    return Skipped(f"{job}/{key}", reason, record=record)

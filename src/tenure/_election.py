@@ -1,8 +1,9 @@
 """Leader election: a recipe on the lock, written once for every store.
 
 A leadership is a lease on the election's name whose token is the **term**, plus a value the
-leader proclaims (who leads, where to reach it). ``campaign`` waits for the lock and proclaims;
-``resign`` releases it (the next campaigner is granted at once); a leader that cannot renew
+leader proclaims (who leads, where to reach it). ``election.acquire()`` (a campaign) waits for
+the lock and proclaims; ``release()`` steps down (the next campaigner is granted at once); a
+leader that cannot renew
 loses its lease by its own deadline — before the store can grant the next term (rule 3) — and
 the loss reaches the code as for any lease. Followers read ``leader`` or ``observe`` the
 changes, woken by the store's watch or notifications, never by a fast poll.
@@ -12,14 +13,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from ._arguments import check_arguments
 from ._errors import InvalidArgument, LeaseLost
-from ._lease import AsyncLease
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import SAFETY_NAP, acquire
-from ._values import LockInfo, Owner
+from ._modes import io, io_iter
+from ._names import check_plain
+from ._state import DEFAULT_TTL
+from ._values import LockInfo, Holder
 from .stores._spi import Store, elections_of
 
 if TYPE_CHECKING:
@@ -46,40 +52,51 @@ class Leader:
     name: str
     term: int
     value: str | None
-    holder: Owner
+    holder: Holder
 
     @classmethod
     def of(cls, info: LockInfo | None) -> Leader | None:
         if info is None:
             return None
-        return cls(info.name, info.token, info.value, info.owner)
+        return cls(info.name, info.token, info.value, info.holder)
 
 
-class AsyncLeadership(AsyncLease):
-    """A won campaign: a lease whose token is the term, with the leader's value."""
+class LeadershipBase(LeaseBase):
+    """A won campaign: a lease whose token is the term, with the leader's value; ``release()``
+    steps down at once (the next campaigner is elected without waiting for expiry)."""
 
     value: str | None = None
 
     def __repr__(self) -> str:
-        state = "lost" if self.lost else "resigned" if self.released else "leading"
+        state = "lost" if self.lost else "stepped down" if self.released else "leading"
         return f"<Leadership {self.name!r} term={self.term} {state} value={self.value!r}>"
 
     @property
     def term(self) -> int:
+        """The election's word for the token: strictly greater than every earlier term."""
         return self.token
 
-    async def proclaim(self, value: str) -> None:
-        """Change the leader's value without giving up the term (``LeaseLost`` if it is over)."""
+    async def _proclaim(self, value: str) -> None:
         value = check_value(value)
         self.check()
-        if not await self.set_value(value):
+        if not await self._set_value(value):
             self._mark_lost("the store says this term is over")
             self.check()
         self.value = value
 
-    async def resign(self) -> None:
-        """Step down at once: the next campaigner is elected without waiting for expiry."""
-        await self.release()
+    proclaim = io(_proclaim)
+    """Change the leader's value without giving up the term (``LeaseLost`` if it is over)."""
+
+
+class AsyncLeadership(LeadershipBase, AsyncLease):
+    """A leadership of the async API."""
+
+
+class Leadership(LeadershipBase, Lease):
+    """A leadership of the sync API."""
+
+
+LS = TypeVar("LS", bound=LeadershipBase)
 
 
 async def campaign(
@@ -87,20 +104,23 @@ async def campaign(
     name: str,
     value: str,
     ttl: float,
+    *,
+    wait: bool,
     timeout: float | None,
-    lock_delay: float | None = None,
-) -> AsyncLeadership:
+    lock_delay: float | None,
+    make: type[LS],
+) -> LS:
     """Wait to lead ``name`` (``NotAcquired`` after ``timeout``), then proclaim ``value``."""
     value = check_value(value)
     lead = await acquire(
-        pool, name, ttl, wait=True, timeout=timeout, on_wait=None, make=AsyncLeadership,
+        pool, name, ttl, wait=wait, timeout=timeout, on_wait=None, make=make,
         lock_delay=lock_delay,
     )  # fmt: skip
     try:
-        await lead.proclaim(value)
+        await lead._proclaim(value)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await lead.release()
+            await lead._release()
         raise
     return lead
 
@@ -139,4 +159,72 @@ async def observe(store: Store, name: str) -> AsyncIterator[Leader | None]:
             await watch.aclose()
 
 
-__all__ = ["AsyncLeadership", "Leader", "LeaseLost", "campaign", "check_value", "leader", "observe"]
+class ElectionHandle(Handle[LS]):
+    """An election: at most one leader at a time, each term greater than the last."""
+
+    given_as = "leadership"
+    _leadership: type[LS]
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        value: str | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> None:
+        """Election ``name``: ``acquire()`` campaigns (waits to lead, unless ``wait`` is False,
+        at most ``timeout`` seconds) and proclaims ``value`` (default: host and pid), with
+        leases of ``ttl`` seconds; ``leader()`` and ``observe()`` follow whoever leads.
+        ``lock_delay``: as for a lock."""
+        check_arguments(name, ttl, timeout, pool.drift, pool.margin)
+        check_plain(name)
+        pool.timing(ttl, lock_delay)
+        owner = pool.owner
+        self.value = check_value(f"{owner.host} pid {owner.pid}" if value is None else value)
+        super().__init__(pool, name, wait=wait, timeout=timeout)
+        self.ttl = float(ttl)
+        self.lock_delay = lock_delay
+
+    async def _take(self, wait: bool, timeout: float | None) -> LS:
+        elections_of(self._pool.store)
+        if self._pool.holds(self.name):
+            raise InvalidArgument(f"this client leads {self.name!r} already (no reentry)")
+        return await campaign(
+            self._pool, self.name, self.value, self.ttl, wait=wait, timeout=timeout,
+            lock_delay=self.lock_delay, make=self._leadership,
+        )  # fmt: skip
+
+    async def _leader(self) -> Leader | None:
+        return await leader(self._pool.store, self.name)
+
+    leader = io(_leader)
+    """The current leader (None if nobody leads)."""
+
+    def _observe(self) -> AsyncIterator[Leader | None]:
+        return observe(self._pool.store, self.name)
+
+    observe = io_iter(_observe)
+    """The current leader, then every change (``for leader in election.observe()``)."""
+
+
+class AsyncElection(ElectionHandle[AsyncLeadership], AsyncHandle[AsyncLeadership]):
+    """``async with client.election(name, value=...) as leadership``; ``async for leader in
+    election.observe()``. The body is cancelled if the leadership is lost."""
+
+    _leadership = AsyncLeadership
+
+
+class Election(ElectionHandle[Leadership], SyncHandle[Leadership]):
+    """``with client.election(name, value=...) as leadership``; ``election.leader()``."""
+
+    _leadership = Leadership
+
+
+__all__ = [
+    "AsyncElection", "AsyncLeadership", "Election", "Leader", "Leadership", "LeaseLost",
+    "campaign", "check_value", "leader", "observe",
+]  # fmt: skip

@@ -31,9 +31,10 @@ class StoreUnavailable(TenureError, ConnectionError):
 class NotAcquired(TenureError, TimeoutError):
     """The lock is held by someone else and the caller would not (or could no longer) wait."""
 
-    def __init__(self, message: str, holder: LockInfo | None = None) -> None:
+    def __init__(self, message: str, lock: LockInfo | None = None) -> None:
         super().__init__(message)
-        self.holder = holder
+        self.lock = lock
+        """The lock as the store saw it (its ``holder``, ``token``), if it said."""
 
 
 class LeaseLost(TenureError):

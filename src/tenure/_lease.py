@@ -1,7 +1,7 @@
 """Leases: what a holder has, and how loss reaches it (docs/design.md rule 5).
 
-``AsyncLease`` is the lease itself; the sync ``Lease`` is a view of one that releases through the
-client's event-loop thread. Loss is decided by the session's ``LeaseState``; this module turns it
+`LeaseBase` is the lease, written once; `AsyncLease` and the blocking `Lease` are its two kinds
+(``tenure._modes``), which differ only in how ``release()`` is called. Loss is decided by the session's ``LeaseState``; this module turns it
 into the effects: ``lost`` reads true, callbacks run once, cancel scopes of ``async with`` bodies
 are cancelled, ``check()`` raises. Before loss, ``at_risk`` says renewals are overdue and
 ``on_at_risk`` callbacks run: stop taking new work then, and be done by ``stop_by``.
@@ -15,19 +15,22 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import LeaseLost
+from ._modes import Async, Blocking, io
 from ._session import Listener
 from ._state import Loss
 from .stores._spi import elections_of
 
 if TYPE_CHECKING:
     from ._clock import Clock
+    from ._loop_thread import LoopThread
     from ._session import SessionKeeper
 
-LostCallback = Callable[["AsyncLease"], Any]
+LostCallback = Callable[[Any], Any]
 
 
-class AsyncLease:
-    """One grant of one lock to one session."""
+class LeaseBase:
+    """One grant of one lock to one session: ``token``, ``stop_by``, ``at_risk``, ``loss``,
+    ``check()``, the callbacks and ``release()``; the same on every grant that is a lease."""
 
     def __init__(self, keeper: SessionKeeper, name: str, token: int) -> None:
         """The grant of ``name`` with ``token`` to ``keeper``'s session, from now on told of
@@ -48,6 +51,10 @@ class AsyncLease:
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
         return f"<Lease {self.name!r} token={self.token} {state}>"
+
+    def _portal(self) -> LoopThread:
+        assert self._keeper.portal is not None
+        return self._keeper.portal
 
     @property
     def deadline(self) -> float:
@@ -150,8 +157,7 @@ class AsyncLease:
     def _mark_closed(self) -> None:
         self.released = True
 
-    async def release(self) -> None:
-        """Release the lock if this lease still holds it. A no-op once lost or released."""
+    async def _release(self) -> None:
         if self.released:
             return
         self.released = True
@@ -160,18 +166,36 @@ class AsyncLease:
         self._at_risk_callbacks.clear()
         await self._keeper.release(self, *self._held, lost)
 
-    async def set_value(self, value: str) -> bool:
+    release = io(_release)
+    """Release the lock if this lease still holds it. A no-op once lost or released."""
+
+    async def _give_back(self) -> None:
+        await self._release()
+
+    async def _set_value(self, value: str) -> bool:
         """Set the value the store shows with this grant (``LockInfo.value``): a leader's, or a
         permit's count. False if the store says the grant is over."""
         elections = elections_of(self._keeper.store)
         return await elections.proclaim(self._keeper.handle, *self._held, value)
 
-    def same_session(self, other: AsyncLease) -> bool:
+    def holds(self, name: str) -> bool:
+        """True if the lock the store holds for this grant is ``name``."""
+        return self._held[0] == name
+
+    def same_session(self, other: LeaseBase) -> bool:
         """True if both grants are held by one session (so they are lost together)."""
         return self._keeper is other._keeper
 
 
-def end_of_hold(lease: AsyncLease, exc: BaseException | None) -> LeaseLost | None:
+class AsyncLease(LeaseBase, Async):
+    """A lease of the async API: ``await lease.release()``."""
+
+
+class Lease(LeaseBase, Blocking):
+    """A lease of the sync API: ``lease.release()``; callbacks run on the client's loop thread."""
+
+
+def end_of_hold(lease: LeaseBase, exc: BaseException | None) -> LeaseLost | None:
     """What leaving a ``with``/``async with`` block on ``lease`` raises after the release: the
     loss, unless the block already raised something of its own (``exc``). Read before the
     release (which makes a lease no longer lost but released)."""

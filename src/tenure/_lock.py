@@ -1,4 +1,4 @@
-"""The lock recipe: acquire over the store contract, and the ``async with`` hold.
+"""The lock recipe: acquire over the store contract, and the lock's handle (`Lock`, `AsyncLock`).
 
 Written once for every store. A waiting caller joins the store's queue, sleeps until the store
 wakes it (or until the holder could have expired), and leaves the queue on timeout or
@@ -8,16 +8,18 @@ cancellation, so no failed acquire leaves a trace.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from ._arguments import check_arguments, check_timeout
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
-from ._lease import AsyncLease, end_of_hold
-from ._names import check_name
-from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Loss, Timing
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
+from ._names import check_plain
+from ._state import DEFAULT_TTL
+from ._state import Loss
 from .stores._spi import Busy, LockInfo
 
 if TYPE_CHECKING:
@@ -25,34 +27,11 @@ if TYPE_CHECKING:
     from ._session import SessionKeeper
 
 WaitCallback = Callable[[LockInfo | None], None]
-L = TypeVar("L", bound=AsyncLease)
+L = TypeVar("L", bound=LeaseBase)
 MAX_NAP = 2.0
 """Longest sleep between attempts on a store that cannot wake waiters (bounded polling)."""
 SAFETY_NAP = 10.0
 """Longest sleep between attempts on a store that wakes its waiters (in case a wake-up is lost)."""
-
-
-def check_timeout(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise InvalidArgument(f"timeout must be a number of seconds, got {timeout!r}")
-    if math.isnan(timeout) or timeout < 0:
-        raise InvalidArgument(f"timeout must be >= 0 seconds, got {timeout!r}")
-    return float(timeout)
-
-
-def check_arguments(
-    name: str,
-    ttl: float,
-    timeout: float | None,
-    drift: float = DEFAULT_DRIFT,
-    margin: float = DEFAULT_MARGIN,
-) -> float | None:
-    """Refuse a bad lock name, TTL or timeout before anything is opened or acquired."""
-    check_name(name)
-    Timing(ttl, drift, margin)
-    return check_timeout(timeout)
 
 
 async def acquire(
@@ -95,14 +74,14 @@ async def acquire(
                     continue
                 return lease  # no checkpoint between the grant and here
             ticket = outcome.ticket
-            seen = None if outcome.holder is None else (outcome.holder.token, outcome.holder.owner)
+            seen = None if outcome.holder is None else (outcome.holder.token, outcome.holder.holder)
             if on_wait is not None and seen != last_holder:
                 last_holder = seen  # report a new holder, not every tick of its time left
                 on_wait(outcome.holder)
             left = give_up - clock.now()
             if not wait or left <= 0:
                 holder = outcome.holder
-                who = f" by {holder.owner.host} pid {holder.owner.pid}" if holder else ""
+                who = f" by {holder.holder.host} pid {holder.holder.pid}" if holder else ""
                 raise NotAcquired(f"lock {name!r} is held{who}", holder)
             # Woken by the store, a waiter still tries again when the holder could have expired
             # and now and then in case a wake-up was lost; without wake-ups it polls.
@@ -121,33 +100,57 @@ async def _leave(keeper: SessionKeeper, ticket: object) -> None:
         await keeper.store.leave(ticket)
 
 
-class AsyncHold(Generic[L]):
-    """``async with client.lock(name) as lease``: the body is cancelled if the lease is lost."""
+class LockHandle(Handle[L]):
+    """A lock: one holder at a time, in arrival order, each grant with a fencing token."""
 
-    def __init__(self, acquire: Callable[[], Awaitable[L]]) -> None:
-        self._acquire = acquire
-        self._lease: L | None = None
-        self._scope: anyio.CancelScope | None = None
+    _lease: type[L]
 
-    async def __aenter__(self) -> L:
-        lease = await self._acquire()
-        self._lease = lease
-        self._scope = anyio.CancelScope()
-        self._scope.__enter__()
-        lease.cancel_on_loss(self._scope)
-        return lease
-
-    async def __aexit__(
+    def __init__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        assert self._lease is not None and self._scope is not None
-        lease = self._lease
-        swallowed = bool(self._scope.__exit__(exc_type, exc, tb))
-        error = end_of_hold(lease, None if swallowed else exc)
-        await lease.release()
-        if error is not None:
-            raise error from None
-        return swallowed
+        pool: SessionPool,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        on_wait: WaitCallback | None = None,
+        lock_delay: float | None = None,
+    ) -> None:
+        """Lock ``name``, held by leases of ``ttl`` seconds. ``acquire`` waits its turn unless
+        ``wait`` is False, at most ``timeout`` seconds; ``on_wait(holder)`` is called whenever
+        the holder seen while waiting changes; ``lock_delay``: seconds nobody is granted the
+        name after a lease ends without a release (default: the client's)."""
+        check_arguments(name, ttl, timeout, pool.drift, pool.margin)
+        check_plain(name)
+        pool.timing(ttl, lock_delay)
+        super().__init__(pool, name, wait=wait, timeout=timeout)
+        self.ttl = float(ttl)
+        self.lock_delay = lock_delay
+        self.on_wait = on_wait
+
+    async def _take(self, wait: bool, timeout: float | None) -> L:
+        if self._pool.holds(self.name):
+            raise InvalidArgument(
+                f"this client holds lock {self.name!r} already: release it first (no reentry)"
+            )
+        return await acquire(
+            self._pool, self.name, self.ttl, wait=wait, timeout=timeout, on_wait=self.on_wait,
+            make=self._lease, lock_delay=self.lock_delay,
+        )  # fmt: skip
+
+
+class AsyncLock(LockHandle[AsyncLease], AsyncHandle[AsyncLease]):
+    """``async with client.lock(name, ttl=30) as lease``, or ``await lock.acquire()``; a lost
+    lease cancels the body of the block."""
+
+    _lease = AsyncLease
+
+
+class Lock(LockHandle[Lease], SyncHandle[Lease]):
+    """``with client.lock(name, ttl=30) as lease``, or ``lock.acquire()``; leaving a block whose
+    lease was lost raises ``LeaseLost``."""
+
+    _lease = Lease
+
+
+__all__ = ["AsyncLock", "Lock", "LockHandle", "acquire", "check_arguments", "check_timeout"]

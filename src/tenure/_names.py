@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import dataclass
 
 from ._errors import InvalidArgument
 
@@ -47,4 +48,55 @@ def nesting_problem(namespace: str) -> str | None:
                 f"its segment {segment!r} is tenure's own ({', '.join(RESERVED_SEGMENTS)}): it"
                 " would fall inside another namespace's keys"
             )
+    return None
+
+
+@dataclass(frozen=True)
+class LockName:
+    """What one of a recipe's internal locks is: ``kind`` (``semaphore``, ``rwlock``,
+    ``partitions``, ``once``), the primitive's own name (``of``) and which of its locks it is
+    (``part``: a slot index, ``gate``, ``member/<id>``, ...)."""
+
+    kind: str
+    of: str
+    part: str
+
+
+_RESERVED: dict[str, str] = {}
+"""Prefix → the kind of primitive that keeps lock names under it."""
+
+
+def reserve(prefix: str, kind: str) -> None:
+    """Keep lock names under ``prefix`` for ``kind``'s own locks (each recipe, at import)."""
+    _RESERVED[prefix] = kind
+
+
+def check_plain(name: object) -> str:
+    """A name a plain lock (or an election) may take: valid, and not a recipe's own."""
+    name = check_name(name)
+    for prefix, kind in _RESERVED.items():
+        if name.startswith(prefix):
+            raise InvalidArgument(
+                f"lock name {name!r} is under {prefix!r}, which {kind} keep for their own"
+                " locks: choose another name"
+            )
+    return name
+
+
+def describe(name: str) -> LockName | None:
+    """Which recipe's lock ``name`` is (None: a plain lock or an election). The recipe's own
+    name is what comes after the prefix, up to the last ``/`` (a partition group's member
+    and item locks have a part of two segments)."""
+    for prefix, kind in _RESERVED.items():
+        rest = name.removeprefix(prefix)
+        if rest == name:
+            continue
+        if kind == "once":
+            job, _, slot = rest.partition("/")
+            return LockName(kind, job, slot)
+        if kind == "partitions":
+            group, _, part = rest.partition("/")
+            return LockName(kind, group, part)
+        of, _, part = rest.rpartition("/")
+        return LockName(kind, of, part) if of else None
     return None

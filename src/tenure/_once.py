@@ -20,38 +20,45 @@ n+1. At-most-once never starts a slot twice: a claimant that finds it "running" 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from urllib.parse import quote, unquote
 
 import anyio
 
+from ._arguments import check_arguments
+from ._decorators import Skipped, not_run, slot_of
 from ._errors import InvalidArgument, LeaseLost, NotAcquired, StaleToken, TenureError
-from ._lock import acquire, check_arguments
-from ._names import MAX_NAME_BYTES, check_name
-from ._values import Owner, Record
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
+from ._lock import acquire
+from ._modes import Async, Blocking, io
+from ._names import MAX_NAME_BYTES, check_name, reserve
+from ._state import DEFAULT_TTL
+from ._values import Holder, Record
 from .stores._spi import Records, Store, records_of
 
 if TYPE_CHECKING:
-    from ._lease import AsyncLease
+    from ._loop_thread import LoopThread
     from ._pool import SessionPool
 
 Policy = Literal["at-least-once", "at-most-once"]
 POLICIES: tuple[Policy, ...] = ("at-least-once", "at-most-once")
 SlotState = Literal["running", "done", "failed"]
 LOCK_PREFIX = "once:"
+reserve(LOCK_PREFIX, "once-per-slot jobs")
 FINAL = ("done", "failed")
 
 
 @dataclass(frozen=True)
-class Slot:
-    """What the record of one slot of a job says."""
+class SlotRecord:
+    """What the store records of one slot of a job."""
 
     job: str
     slot: str
@@ -83,7 +90,7 @@ class Slot:
         return json.dumps(fields, sort_keys=True)
 
     @classmethod
-    def from_record(cls, record: Record) -> Slot:
+    def from_record(cls, record: Record) -> SlotRecord:
         job, slot = split_key(record.key)
         try:
             return cls(job=job, slot=slot, **json.loads(record.value))
@@ -130,57 +137,63 @@ def check_policy(policy: object) -> Policy:
     return policy
 
 
-class AsyncRun:
+L = TypeVar("L", bound=LeaseBase)
+
+
+class ClaimBase(Generic[L]):
     """The outcome of asking to run a slot. True (``claimed``) if this process is to run it: then
     ``lease`` is held, ``token`` and ``attempt`` are set, and ``complete`` records the end.
     Otherwise ``state`` says why not: ``done`` or ``failed`` (the slot is over) or ``running``
-    (another runner holds it), and ``slot`` is its record (None if there is none yet)."""
+    (another runner holds it), and ``record`` is the slot's record (None if there is none yet)."""
+
+    lease_class: type[L]
 
     def __init__(
         self,
+        portal: LoopThread | None,
         records: Records,
         key: str,
         state: Literal["claimed", "running", "done", "failed"],
-        slot: Slot | None,
-        lease: AsyncLease | None = None,
+        record: SlotRecord | None,
+        lease: L | None = None,
         version: int = 0,
     ) -> None:
+        self._portal_thread = portal
         self._records = records
         self._key = key
         self.state = state
-        self.slot = slot
+        self.record = record
         self.lease = lease
+        """The slot's lease while this process runs it (None if it is not to run here)."""
         self._version = version
 
     def __bool__(self) -> bool:
         return self.state == "claimed"
 
     def __repr__(self) -> str:
-        where = f" {self.slot.job!r}/{self.slot.slot!r}" if self.slot else ""
-        return f"<Run{where} {self.state}>"
+        where = f" {self.record.job!r}/{self.record.slot!r}" if self.record else ""
+        return f"<Claim{where} {self.state}>"
+
+    def _portal(self) -> LoopThread:
+        assert self._portal_thread is not None
+        return self._portal_thread
 
     @property
     def token(self) -> int:
-        return self.slot.token if self.slot else 0
+        return self.record.token if self.record else 0
 
     @property
     def attempt(self) -> int:
-        return self.slot.attempts if self.slot else 0
+        return self.record.attempts if self.record else 0
 
-    async def complete(self, exit_code: int = 0, error: str | None = None) -> Slot:
-        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
-        ``error``, else ``failed``) and release the slot's lock.
-
-        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
-        record was claimed again since (the write is refused: the version moved on).
-        """
-        if self.state != "claimed" or self.slot is None or self.lease is None:
+    async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
+        if self.state != "claimed" or self.record is None or self.lease is None:
             raise InvalidArgument(f"this slot was not claimed here ({self.state})")
         lease, self.state = self.lease, "done" if exit_code == 0 and error is None else "failed"
         try:
             lease.check()
             end = replace(
-                self.slot,
+                self.record,
                 state=self.state,
                 ended=time.time(),
                 exit_code=exit_code,
@@ -189,17 +202,44 @@ class AsyncRun:
             written = await self._records.write_record(self._key, end.to_json(), self._version)
             if written is None:
                 now = await self._records.read_record(self._key)
-                highest = Slot.from_record(now).token if now else self.slot.token
-                raise StaleToken(f"{self.slot.job}/{self.slot.slot}", self.slot.token, highest)
-            self.slot = end
+                highest = SlotRecord.from_record(now).token if now else self.record.token
+                raise StaleToken(f"{self.record.job}/{self.record.slot}", self.record.token, highest)
+            self.record = end
             return end
         finally:
-            await lease.release()
+            await lease._release()
 
-    async def abandon(self) -> None:
-        """Release the lock without recording an end: at-least-once runs the slot again."""
+    complete = io(_complete)
+    """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
+    ``error``, else ``failed``) and release the slot's lock.
+
+    Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
+    record was claimed again since (the write is refused: the version moved on)."""
+
+    async def _abandon(self) -> None:
         if self.lease is not None:
-            await self.lease.release()
+            await self.lease._release()
+
+    abandon = io(_abandon)
+    """Release the lock without recording an end: at-least-once runs the slot again."""
+
+    async def _give_back(self) -> None:
+        await self._abandon()
+
+
+class AsyncClaim(ClaimBase[AsyncLease], Async):
+    """A claim of the async API: ``await claim.complete()``."""
+
+    lease_class = AsyncLease
+
+
+class Claim(ClaimBase[Lease], Blocking):
+    """A claim of the sync API: ``claim.complete()``."""
+
+    lease_class = Lease
+
+
+C = TypeVar("C", bound=ClaimBase[Any])
 
 
 async def claim(
@@ -211,7 +251,8 @@ async def claim(
     policy: Policy,
     wait: bool,
     timeout: float | None,
-) -> AsyncRun:
+    make: type[C],
+) -> C:
     """Hold the slot's lock, then claim the slot's record if it is not over (see module doc)."""
     key = record_key(job, slot)
     check_policy(policy)
@@ -219,31 +260,41 @@ async def claim(
     lock = LOCK_PREFIX + key
     timeout = check_arguments(lock, ttl, timeout, pool.drift, pool.margin)
     found = await store.read_record(key)
-    seen = Slot.from_record(found) if found else None
+    seen = SlotRecord.from_record(found) if found else None
+    claim = functools.partial(make, pool.portal, store, key)
     if seen is not None and seen.state in FINAL:  # over: no lock needed
-        return AsyncRun(store, key, seen.state, seen)
+        return claim(seen.state, seen)
     try:
-        lease: AsyncLease = await acquire(pool, lock, ttl, wait=wait, timeout=timeout, on_wait=None)
+        lease: LeaseBase = await acquire(
+            pool, lock, ttl, wait=wait, timeout=timeout, on_wait=None, make=make.lease_class
+        )
     except NotAcquired:
         now = await store.read_record(key)
-        current = Slot.from_record(now) if now else None
-        return AsyncRun(store, key, current.state if current else "running", current)
+        current = SlotRecord.from_record(now) if now else None
+        return claim(current.state if current else "running", current)
     try:
-        return await _claim_held(store, pool.owner, key, job, slot, lease, policy)
+        return await _claim_held(store, pool.owner, key, job, slot, lease, policy, claim)
     except BaseException:
-        await lease.release()
+        await lease._release()
         raise
 
 
 async def _claim_held(
-    store: Records, owner: Owner, key: str, job: str, slot: str, lease: AsyncLease, policy: Policy
-) -> AsyncRun:
+    store: Records,
+    owner: Holder,
+    key: str,
+    job: str,
+    slot: str,
+    lease: LeaseBase,
+    policy: Policy,
+    claim: Callable[..., C],
+) -> C:
     found = await store.read_record(key)
-    before = Slot.from_record(found) if found else None
+    before = SlotRecord.from_record(found) if found else None
     version = found.version if found else 0
     if before is not None and before.state in FINAL:
-        await lease.release()
-        return AsyncRun(store, key, before.state, before)
+        await lease._release()
+        return claim(before.state, before)
     if before is not None and policy == "at-most-once":
         # Its runner lost the lock without recording an end: it may have done part of the work.
         failed = replace(
@@ -254,12 +305,12 @@ async def _claim_held(
             policy=policy,
         )
         written = await store.write_record(key, failed.to_json(), version)
-        await lease.release()
+        await lease._release()
         if written is None:
             raise LeaseLost(f"slot {job}/{slot}: the record changed while this process held it")
-        return AsyncRun(store, key, "failed", failed)
+        return claim("failed", failed)
     lease.check()
-    mine = Slot(
+    mine = SlotRecord(
         job=job,
         slot=slot,
         state="running",
@@ -274,48 +325,87 @@ async def _claim_held(
     written = await store.write_record(key, mine.to_json(), version)
     if written is None:
         raise LeaseLost(f"slot {job}/{slot}: the record changed while this process held it")
-    return AsyncRun(store, key, "claimed", mine, lease, written.version)
+    return claim("claimed", mine, lease, written.version)
 
 
-async def history(store: Store, job: str) -> list[Slot]:
+async def history(store: Store, job: str) -> list[SlotRecord]:
     """Every recorded slot of ``job``, in slot-key order."""
-    return [Slot.from_record(r) for r in await records_of(store).list_records(job_prefix(job))]
+    found = await records_of(store).list_records(job_prefix(job))
+    return [SlotRecord.from_record(r) for r in found]
 
 
-class AsyncOnce:
-    """``async with client.once(job, slot) as run``: the body runs the slot if ``run`` is true;
-    a lost lease cancels it. Leaving records the end: ``done``, or ``failed`` with the body's
-    exception (which propagates). A lost lease records nothing and raises ``LeaseLost``."""
+class OnceHandle(Handle[C]):
+    """A job's slot, run once: by one runner of many, and not again once it is over."""
 
-    def __init__(self, claim: Callable[[], Awaitable[AsyncRun]]) -> None:
-        self._claim = claim
-        self._run: AsyncRun | None = None
-        self._scope: anyio.CancelScope | None = None
+    given_as = "claim"
+    _claim: type[C]
 
-    async def __aenter__(self) -> AsyncRun:
-        self._run = run = await self._claim()
-        if run and run.lease is not None:
-            self._scope = anyio.CancelScope()
-            self._scope.__enter__()
-            run.lease.cancel_on_loss(self._scope)
-        return run
-
-    async def __aexit__(
+    def __init__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        run, scope = self._run, self._scope
-        if run is None or scope is None:
-            return False
-        swallowed = bool(scope.__exit__(exc_type, exc, tb))
-        if exc is None or swallowed:
-            await run.complete()  # LeaseLost if the loss cancelled the body: nothing recorded
-            return swallowed
+        pool: SessionPool,
+        job: str,
+        slot: str | Callable[[], str],
+        ttl: float = DEFAULT_TTL,
+        *,
+        policy: Policy = "at-least-once",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Slot ``slot`` of ``job`` (a key, or a function of no arguments giving it at each
+        ``acquire``: today's date, say). ``acquire()`` claims it — a falsy `Claim` if it is
+        over or (without ``wait``) running elsewhere; ``policy``: ``at-least-once`` runs a slot
+        whose runner died again, ``at-most-once`` marks it failed. A block records done (or
+        failed, with the body's exception) when it is left."""
+        check_arguments(job, ttl, timeout, pool.drift, pool.margin)
+        check_policy(policy)
+        self._slot_of = slot_of(slot)
+        if isinstance(slot, str):
+            record_key(job, slot)
+        super().__init__(pool, job, wait=wait, timeout=timeout)
+        self.job = job
+        self.ttl = float(ttl)
+        self.policy: Policy = policy
+        self._key = ""
+
+    async def _take(self, wait: bool, timeout: float | None) -> C:
+        self._key = check_slot(self._slot_of())
+        return await claim(
+            self._pool, self.job, self._key, ttl=self.ttl, policy=self.policy, wait=wait,
+            timeout=timeout, make=self._claim,
+        )  # fmt: skip
+
+    def lease_of(self, grant: C) -> LeaseBase | None:
+        return grant.lease if grant else None
+
+    def _over(self, grant: C) -> bool:
+        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
+
+    async def _hand_back(self, grant: C) -> None:
+        await grant._abandon()
+
+    async def _leave_block(self, grant: C, exc: BaseException | None) -> None:
+        if not grant:
+            return
+        if exc is None:
+            await grant._complete()  # LeaseLost if the loss cancelled the body: nothing recorded
+            return
         with anyio.CancelScope(shield=True), contextlib.suppress(TenureError):
-            await run.complete(error=one_line(exc))  # the body's own exception says more
-        return False
+            await grant._complete(error=one_line(exc))  # the body's own exception says more
+
+    def _skipped(self, grant: C) -> Skipped | None:
+        return None if grant else not_run(self.job, self._key, grant.state, grant.record)
+
+
+class AsyncOnce(OnceHandle[AsyncClaim], AsyncHandle[AsyncClaim]):
+    """``async with client.once(job, slot) as claim: if claim: ...``."""
+
+    _claim = AsyncClaim
+
+
+class Once(OnceHandle[Claim], SyncHandle[Claim]):
+    """``with client.once(job, slot) as claim: if claim: ...``."""
+
+    _claim = Claim
 
 
 def one_line(exc: BaseException) -> str:

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from ._clock import REAL_CLOCK, Clock
-from ._lock import WaitCallback
 from ._names import check_label
-from ._once import Policy
-from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Timing
 from ._url import Require, open_store
 from .stores._connect import NO_OPTIONS, ConnectOptions
 from .stores._spi import Store
@@ -21,12 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     from typing_extensions import Unpack
 
-__all__ = [
-    "DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "LockKeywords", "OnceKeywords",
-    "PartitionKeywords", "Unpack",
-]  # fmt: skip
-
-DEFAULT_TTL = 30.0
+__all__ = ["DEFAULT_TTL", "ClientOptions", "ConnectKeywords", "Unpack"]
 
 
 class ConnectKeywords(TypedDict, total=False):
@@ -52,62 +45,6 @@ class ConnectKeywords(TypedDict, total=False):
     username: str | None
     password: str | None
     """TLS and credentials: override the URL's (docs/production.md)."""
-
-
-class LockKeywords(TypedDict, total=False):
-    """The keywords of ``acquire`` and ``lock`` beside the name and TTL (the sync client passes
-    them to the async one's, which has their defaults)."""
-
-    wait: bool
-    timeout: float | None
-    on_wait: WaitCallback | None
-    lock_delay: float | None
-
-
-class PermitKeywords(TypedDict, total=False):
-    """The keywords of ``acquire_permit`` and ``semaphore`` beside the name, count and TTL."""
-
-    wait: bool
-    timeout: float | None
-    lock_delay: float | None
-
-
-class ReadKeywords(PermitKeywords, total=False):
-    """The keywords of ``acquire_read`` and ``read_lock`` beside the name and TTL (those of
-    ``acquire_write`` and ``write_lock`` are a permit's)."""
-
-    readers: int
-
-
-class CampaignKeywords(TypedDict, total=False):
-    """The keywords of ``campaign`` and ``lead`` beside the name, value and TTL."""
-
-    timeout: float | None
-    lock_delay: float | None
-
-
-class DecoratorLockKeywords(TypedDict, total=False):
-    """The keywords of ``exclusive`` beside the name and TTL (``wait`` is False by default)."""
-
-    wait: bool
-    timeout: float | None
-    lock_delay: float | None
-
-
-class OnceKeywords(TypedDict, total=False):
-    """The keywords of ``claim`` and ``once`` beside the job, slot and TTL."""
-
-    policy: Policy
-    wait: bool
-    timeout: float | None
-
-
-class PartitionKeywords(TypedDict, total=False):
-    """The keywords of ``partitions`` beside the group, items and TTL."""
-
-    weight: float
-    member: str | None
-    lock_delay: float | None
 
 
 @dataclass(frozen=True)

@@ -27,22 +27,29 @@ import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
+from ._arguments import check_arguments
 from ._election import AsyncLeadership, campaign, observe
 from ._errors import InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
-from ._lease import AsyncLease
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import acquire
-from ._names import check_name
+from ._modes import Async, Blocking, io, io_iter
+from ._names import check_name, reserve
+from ._state import DEFAULT_TTL
+from .stores._spi import elections_of
 
 if TYPE_CHECKING:
+    from ._loop_thread import LoopThread
     from ._pool import SessionPool
 
 log = logging.getLogger("tenure")
 PREFIX = "partitions/"
+reserve(PREFIX, "partition groups")
 ChangeKind = Literal["granted", "leaving", "lost"]
 L = TypeVar("L")
 
@@ -154,8 +161,14 @@ def read_members(group: str, values: Iterable[tuple[str, str | None]]) -> dict[s
     return members
 
 
-class AsyncMember:
-    """One member of partition group ``group``: ``async with client.partitions(...) as m``."""
+LB = TypeVar("LB", bound=LeaseBase)
+
+
+class MemberBase(Generic[LB]):
+    """One member of partition group ``group``: ``owned`` says which items it holds now (each
+    with its own lease and token), ``changes()`` what comes and goes; ``release()`` leaves."""
+
+    _lease: type[LB]
 
     def __init__(
         self,
@@ -177,13 +190,13 @@ class AsyncMember:
         check_name(member_lock(group, self.id))
         self._pool = pool
         self._lock_delay = lock_delay
-        self._owned: dict[str, AsyncLease] = {}
+        self._owned: dict[str, LB] = {}
         self._wanted: dict[str, anyio.CancelScope] = {}  # items being waited for
         self._leaving: set[str] = set()
         self._members: dict[str, float] = {}
         self._watched: dict[str, anyio.CancelScope] = {}
         self._poke = anyio.Event()
-        self._send, self._receive = anyio.create_memory_object_stream[PartitionChange[AsyncLease]](
+        self._send, self._receive = anyio.create_memory_object_stream[PartitionChange[LB]](
             math.inf
         )
         self._consumed = False
@@ -191,12 +204,17 @@ class AsyncMember:
         self._tg: TaskGroup | None = None
         self._scope = anyio.CancelScope()
         self._done = anyio.Event()
+        self._left = False
 
     def __repr__(self) -> str:
         return f"<Member {self.id!r} of {self.group!r}: {len(self._owned)} items>"
 
+    def _portal(self) -> LoopThread:
+        assert self._pool.portal is not None
+        return self._pool.portal
+
     @property
-    def owned(self) -> dict[str, AsyncLease]:
+    def owned(self) -> dict[str, LB]:
         """Item → its lease, for the items this member holds now."""
         return dict(self._owned)
 
@@ -209,10 +227,7 @@ class AsyncMember:
         """Item → member id, by this member's current view of the group."""
         return assign(self.items, self._members)
 
-    async def changes(self) -> AsyncGenerator[PartitionChange[AsyncLease], None]:
-        """Every change of what this member owns from now on, as it happens, starting with a
-        ``granted`` for each item it holds already. A ``leaving`` item is released when you ask
-        for the next change, or when you stop asking (then, with no consumer, at once)."""
+    async def _changes(self) -> AsyncGenerator[PartitionChange[LB], None]:
         self._consumed = True
         for item, lease in self._owned.items():  # no checkpoint since the line above
             self._emit(PartitionChange(item, "granted", lease))
@@ -222,24 +237,28 @@ class AsyncMember:
                 leaving = change.item if change.kind == "leaving" else None
                 yield change
                 if leaving is not None:
-                    await self._release(leaving)
+                    await self._drop(leaving)
                     leaving = None
         finally:
             self._consumed = False
             with anyio.CancelScope(shield=True):
                 if leaving is not None:
-                    await self._release(leaving)
+                    await self._drop(leaving)
                 for item in list(self._leaving):  # told, and nobody left to hand them over
-                    await self._release(item)
+                    await self._drop(item)
+
+    changes = io_iter(_changes)
+    """Every change of what this member owns from now on, as it happens, starting with a
+    ``granted`` for each item it holds already. A ``leaving`` item is released when you ask
+    for the next change, or when you stop asking (then, with no consumer, at once)."""
 
     # -- running ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> AsyncMember:
+    async def _enter(self) -> None:
         await self._join()
-        self._pool.spawn(self._run)  # on the client's task group: entered and left from anywhere
-        return self
+        self._pool.spawn(self._live)  # on the client's task group: joined and left from anywhere
 
-    async def _run(self) -> None:
+    async def _live(self) -> None:
         try:
             with self._scope:
                 async with anyio.create_task_group() as tg:
@@ -258,25 +277,29 @@ class AsyncMember:
         with anyio.CancelScope(shield=True):
             try:
                 for item in list(self._owned):
-                    await self._release(item)
+                    await self._drop(item)
                 if self._membership is not None:
-                    await self._membership.resign()
+                    await self._membership._release()
                 await self._ring()
             except StoreUnavailable as exc:
                 log.info("tenure: partitions %s: leaving without the store (%s)", self.group, exc)
             finally:
                 self._send.close()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _release(self) -> None:
+        if self._left:
+            return
+        self._left = True
         self._scope.cancel()
         with anyio.CancelScope(shield=True):
             await self._done.wait()
         await self._leave()
+
+    release = io(_release)
+    """Leave the group: give up every item and the membership (a no-op once left)."""
+
+    async def _give_back(self) -> None:
+        await self._release()
 
     async def _ring(self) -> None:
         """Take and release the bell: every member re-reads the group."""
@@ -287,7 +310,7 @@ class AsyncMember:
             )  # fmt: skip
         except NotAcquired:
             return  # held (by one ringing, or a member that died ringing): each reads anyway
-        await bell.release()
+        await bell._release()
 
     async def _watch_bell(self) -> None:
         await self._watch(bell_lock(self.group), every=True)
@@ -327,8 +350,9 @@ class AsyncMember:
         value = json.dumps({"weight": self.weight})
         name = member_lock(self.group, self.id)
         self._membership = await campaign(
-            self._pool, name, value, self.ttl, timeout=None, lock_delay=self._lock_delay
-        )  # the same session as the items: they end together
+            self._pool, name, value, self.ttl, wait=True, timeout=None,
+            lock_delay=self._lock_delay, make=AsyncLeadership,
+        )  # fmt: skip  (the same session as the items: they end together)
         await self._ring()
 
     async def _read_members(self) -> dict[str, float]:
@@ -359,16 +383,17 @@ class AsyncMember:
                 self._leaving.add(item)
                 self._emit(PartitionChange(item, "leaving", self._owned[item]))
                 if not self._consumed:
-                    await self._release(item)
+                    await self._drop(item)
 
     async def _take(self, item: str, scope: anyio.CancelScope) -> None:
         """Wait in the item's queue until granted (or no longer ours: cancelled)."""
         with scope:
             while True:
                 try:
-                    lease: AsyncLease = await acquire(
+                    lease = await acquire(
                         self._pool, item_lock(self.group, item), self.ttl, wait=True,
                         timeout=None, on_wait=None, lock_delay=self._lock_delay,
+                        make=self._lease,
                     )  # fmt: skip
                     break
                 except StoreUnavailable as exc:  # a slow or lost store: wait again, not fail
@@ -376,7 +401,7 @@ class AsyncMember:
                     await anyio.sleep(self.ttl / 3)
             # No checkpoint from the grant to here: the item is either ours or was never granted.
             if lease.lost:  # this member was paused past the lease's deadline: not a grant
-                await lease.release()
+                await lease._release()
             else:
                 self._owned[item] = lease
                 lease.on_lost(lambda _lease: self._lost(item, lease))
@@ -385,20 +410,102 @@ class AsyncMember:
             del self._wanted[item]
         self._poke.set()
 
-    def _lost(self, item: str, lease: AsyncLease) -> None:
+    def _lost(self, item: str, lease: LB) -> None:
         if self._owned.get(item) is lease:
             del self._owned[item]
             self._leaving.discard(item)
             self._emit(PartitionChange(item, "lost", lease))
             self._poke.set()  # ours still? then wait for it again
 
-    async def _release(self, item: str) -> None:
+    async def _drop(self, item: str) -> None:
         lease = self._owned.pop(item, None)
         self._leaving.discard(item)
         if lease is not None:
-            await lease.release()
+            await lease._release()
         self._poke.set()
 
-    def _emit(self, change: PartitionChange[AsyncLease]) -> None:
+    def _emit(self, change: PartitionChange[LB]) -> None:
         if self._consumed:  # nobody asks: nothing piles up (changes() starts from `owned`)
             self._send.send_nowait(change)  # unbounded while read: never blocks the loop
+
+
+class AsyncMember(MemberBase[AsyncLease], Async):
+    """A member of the async API: ``async for change in member.changes()``."""
+
+    _lease = AsyncLease
+
+
+class Member(MemberBase[Lease], Blocking):
+    """A member of the sync API: ``for change in member.changes()``."""
+
+    _lease = Lease
+
+
+M = TypeVar("M", bound=MemberBase[Any])
+
+
+class PartitionGroupHandle(Handle[M]):
+    """A partition group: its members split ``items``, each item owned by one at a time."""
+
+    given_as = "member"
+    _member: type[M]
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        group: str,
+        items: Iterable[str],
+        ttl: float = DEFAULT_TTL,
+        *,
+        weight: float = 1.0,
+        member: str | None = None,
+        lock_delay: float | None = None,
+    ) -> None:
+        """Group ``group`` splitting ``items``: ``acquire()`` joins it and returns the
+        `Member` (``async with`` / ``with``: joined for the block). ``weight``: this member's
+        share relative to the others'; ``member``: its id (default: a random one); leases of
+        ``ttl`` seconds; ``lock_delay``: as for a lock. See docs/partitions.md."""
+        check_group(group)
+        self.items = check_items(group, items)
+        check_arguments(bell_lock(group), ttl, None, pool.drift, pool.margin)
+        pool.timing(ttl, lock_delay)
+        elections_of(pool.store)  # membership is an election per member
+        self.weight = check_weight(weight)
+        if member is not None and not isinstance(member, str):
+            raise InvalidArgument(f"a member id must be a string, got {member!r}")
+        if member is not None:
+            check_name(member_lock(group, member))
+        super().__init__(pool, group, wait=True, timeout=None)
+        self.ttl = float(ttl)
+        self.member = member
+        self.lock_delay = lock_delay
+
+    async def _take(self, wait: bool, timeout: float | None) -> M:
+        # Made here, on the loop: its events and cancel scopes belong to the loop's thread.
+        member = self._member(
+            self._pool, self.name, self.items, self.ttl, self.weight, self.member,
+            self.lock_delay,
+        )  # fmt: skip
+        await member._enter()
+        return member
+
+    def lease_of(self, grant: M) -> LeaseBase | None:
+        return None  # the items come and go; the block is not cancelled by one's loss
+
+    def _over(self, grant: M) -> bool:
+        return grant._left
+
+    async def _hand_back(self, grant: M) -> None:
+        await grant._release()
+
+
+class AsyncPartitionGroup(PartitionGroupHandle[AsyncMember], AsyncHandle[AsyncMember]):
+    """``async with client.partitions(group, items) as member``."""
+
+    _member = AsyncMember
+
+
+class PartitionGroup(PartitionGroupHandle[Member], SyncHandle[Member]):
+    """``with client.partitions(group, items) as member``."""
+
+    _member = Member

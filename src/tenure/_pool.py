@@ -6,30 +6,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from ._clock import Clock
 from ._errors import TenureError
+from ._lease import LeaseBase
 from ._session import SessionKeeper
 from ._state import Timing
-from ._values import Owner
+from ._values import Holder
 from .stores._spi import Store
+
+if TYPE_CHECKING:
+    from ._loop_thread import LoopThread
 
 
 class SessionPool:
     def __init__(
         self,
         store: Store,
-        owner: Owner,
+        owner: Holder,
         clock: Clock,
         drift: float,
         margin: float,
         lock_delay: float | None,
+        portal: LoopThread | None = None,
     ) -> None:
         self.store = store
+        self.portal = portal
+        """The event-loop thread a sync client runs on (None: an async client)."""
         self.owner = owner
         self.clock = clock
         self.drift = drift
@@ -51,7 +58,7 @@ class SessionPool:
         if self._tg is None:
             raise TenureError("use the client as `async with tenure.connect_async(...)`")
         timing = self.timing(ttl, lock_delay)
-        key = (timing.ttl, timing.hold_back)
+        key = (timing.ttl, timing.lock_delay)
         keeper = self._sessions.get(key)
         if keeper is not None and not keeper.expired():
             return keeper  # the common case, without a checkpoint
@@ -59,6 +66,7 @@ class SessionPool:
             keeper = self._sessions.get(key)
             if keeper is None or keeper.expired():
                 keeper = await SessionKeeper.open(self.store, timing, self.owner, self.clock)
+                keeper.portal = self.portal
                 self._sessions[key] = keeper
                 self._tg.start_soon(keeper.run)
             return keeper
@@ -68,6 +76,14 @@ class SessionPool:
         return [
             h for keeper in self._sessions.values() if not keeper.expired() for h in keeper.held()
         ]
+
+    def holds(self, name: str) -> bool:
+        """True if a live lease of this pool holds lock ``name`` (a lock is not taken twice by
+        one client: the second would wait on the first for ever)."""
+        return any(
+            isinstance(h, LeaseBase) and h.holds(name) and not (h.released or h.lost)
+            for h in self.held()
+        )
 
     def spawn(self, func: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``func(*args)`` on the pool's task group, cancelled when the pool closes."""

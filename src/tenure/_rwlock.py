@@ -29,36 +29,52 @@ its write lock would wait for itself, so that is refused at once.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
 
+from ._arguments import check_arguments
 from ._errors import InvalidArgument, NotAcquired
-from ._lease import AsyncLease
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import acquire
-from ._names import MAX_NAME_BYTES, check_name
+from ._names import MAX_NAME_BYTES, check_name, reserve
 from ._semaphore import check_count, first_granted, free_slot, give_back
+from ._state import DEFAULT_TTL
 
 if TYPE_CHECKING:
     from ._pool import SessionPool
 
 PREFIX = "rwlock/"
-L = TypeVar("L", bound=AsyncLease)
+reserve(PREFIX, "read-write locks")
+L = TypeVar("L", bound=LeaseBase)
 DEFAULT_READERS = 16
 """Readers at once by default; more wait in line (a waiter at the head queues on each slot)."""
+Mode = Literal["read", "write"]
 
 
-class AsyncRWLease(AsyncLease):
+class RWLeaseBase(LeaseBase):
     """A read or write grant of a read-write lock; its token is the gate's (see the module)."""
 
     mode: str = ""
     """"read" or "write"."""
-    slot: int = -1
-    """A reader's slot, 0 to ``readers - 1`` (-1 for a writer)."""
+    index: int = -1
+    """A reader's place, 0 to ``readers - 1`` (-1 for a writer)."""
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
         return f"<RWLease {self.mode} {self.name!r} token={self.token} {state}>"
+
+
+class AsyncRWLease(RWLeaseBase, AsyncLease):
+    """A read or write grant of the async API."""
+
+
+class RWLease(RWLeaseBase, Lease):
+    """A read or write grant of the sync API."""
+
+
+RL = TypeVar("RL", bound=RWLeaseBase)
 
 
 def check_readers(name: str, readers: object) -> int:
@@ -92,7 +108,8 @@ async def acquire_read(
     wait: bool,
     timeout: float | None,
     lock_delay: float | None,
-) -> AsyncRWLease:
+    make: type[RL],
+) -> RL:
     """A read grant of ``name`` (arguments already checked); ``NotAcquired`` if a writer holds
     it or others are in line and ``wait`` is False, or if ``timeout`` passes."""
     _refuse_reentry(pool, name, "read")
@@ -101,10 +118,10 @@ async def acquire_read(
         gate = await _gate(pool, name, ttl, wait, give_up, lock_delay, AsyncLease)
         try:
             slots = lambda i: slot_name(name, i)  # noqa: E731
-            got = await free_slot(pool, slots, readers, ttl, lock_delay, AsyncRWLease)
+            got = await free_slot(pool, slots, readers, ttl, lock_delay, make)
             if got is None and wait:
                 left = _left(pool, give_up)
-                got = await first_granted(pool, slots, readers, ttl, left, lock_delay, AsyncRWLease)
+                got = await first_granted(pool, slots, readers, ttl, left, lock_delay, make)
             if got is None:
                 raise NotAcquired(
                     f"read-write lock {name!r}: all {readers} readers' slots held", None
@@ -125,12 +142,13 @@ async def acquire_write(
     wait: bool,
     timeout: float | None,
     lock_delay: float | None,
-) -> AsyncRWLease:
+    make: type[RL],
+) -> RL:
     """The write grant of ``name`` (arguments already checked); ``NotAcquired`` as for a read."""
     _refuse_reentry(pool, name, "write")
     give_up = _give_up(pool, timeout)
     while True:
-        gate = await _gate(pool, name, ttl, wait, give_up, lock_delay, AsyncRWLease)
+        gate = await _gate(pool, name, ttl, wait, give_up, lock_delay, make)
         try:
             waited_out = await _wait_out(pool, name, gate, ttl, wait, give_up, lock_delay)
         except BaseException:
@@ -156,7 +174,7 @@ async def _gate(
             make=make, lock_delay=lock_delay,
         )  # fmt: skip
     except NotAcquired as exc:
-        raise NotAcquired(f"read-write lock {name!r}: held or others in line", exc.holder) from None
+        raise NotAcquired(f"read-write lock {name!r}: held or others in line", exc.lock) from None
 
 
 async def _readers_now(pool: SessionPool, name: str) -> list[str]:
@@ -169,7 +187,7 @@ async def _readers_now(pool: SessionPool, name: str) -> list[str]:
 async def _wait_out(
     pool: SessionPool,
     name: str,
-    gate: AsyncLease,
+    gate: LeaseBase,
     ttl: float,
     wait: bool,
     give_up: float,
@@ -179,7 +197,7 @@ async def _wait_out(
     one came on another session than the gate's; ``NotAcquired`` if one is still held when
     ``wait`` is False or the time is up."""
     readers = await _readers_now(pool, name)
-    granted: list[AsyncLease] = []
+    granted: list[LeaseBase] = []
 
     async def take(slot: str) -> None:
         granted.append(
@@ -194,7 +212,7 @@ async def _wait_out(
                 try:
                     await take(slot)
                 except NotAcquired as exc:
-                    raise NotAcquired(f"read-write lock {name!r} has readers", exc.holder) from None
+                    raise NotAcquired(f"read-write lock {name!r} has readers", exc.lock) from None
         else:
             left = _left(pool, give_up)
             with anyio.move_on_after(math.inf if left is None else left) as scope:
@@ -210,7 +228,7 @@ async def _wait_out(
 
 def _refuse_reentry(pool: SessionPool, name: str, mode: str) -> None:
     for lease in pool.held():
-        if isinstance(lease, AsyncRWLease) and lease.name == name and not lease.released:
+        if isinstance(lease, RWLeaseBase) and lease.name == name and not lease.released:
             if mode == "read" and lease.mode == "read":
                 continue  # many readers, this client among them
             raise InvalidArgument(
@@ -219,8 +237,8 @@ def _refuse_reentry(pool: SessionPool, name: str, mode: str) -> None:
             )
 
 
-def _shown(lease: AsyncRWLease, name: str, mode: str, token: int, slot: int) -> AsyncRWLease:
-    lease.name, lease.token, lease.mode, lease.slot = name, token, mode, slot
+def _shown(lease: RL, name: str, mode: str, token: int, index: int) -> RL:
+    lease.name, lease.token, lease.mode, lease.index = name, token, mode, index
     return lease
 
 
@@ -230,3 +248,105 @@ def _give_up(pool: SessionPool, timeout: float | None) -> float:
 
 def _left(pool: SessionPool, give_up: float) -> float | None:
     return None if give_up == math.inf else max(0.0, give_up - pool.clock.now())
+
+
+class RWSideHandle(Handle[RL]):
+    """One side of a read-write lock: its read lock (shared) or its write lock (alone)."""
+
+    _lease: type[RL]
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        name: str,
+        mode: Mode,
+        ttl: float,
+        *,
+        readers: int,
+        wait: bool,
+        timeout: float | None,
+        lock_delay: float | None,
+    ) -> None:
+        super().__init__(pool, name, wait=wait, timeout=timeout)
+        self.mode = mode
+        self.ttl, self.readers, self.lock_delay = ttl, readers, lock_delay
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.mode} {self.name!r}>"
+
+    async def _take(self, wait: bool, timeout: float | None) -> RL:
+        if self.mode == "read":
+            return await acquire_read(
+                self._pool, self.name, self.readers, self.ttl, wait=wait, timeout=timeout,
+                lock_delay=self.lock_delay, make=self._lease,
+            )  # fmt: skip
+        return await acquire_write(
+            self._pool, self.name, self.ttl, wait=wait, timeout=timeout,
+            lock_delay=self.lock_delay, make=self._lease,
+        )  # fmt: skip
+
+
+class AsyncRWSide(RWSideHandle[AsyncRWLease], AsyncHandle[AsyncRWLease]):
+    """``async with rwlock.read as lease`` (or ``.write``); the body is cancelled on loss."""
+
+    _lease = AsyncRWLease
+
+
+class RWSide(RWSideHandle[RWLease], SyncHandle[RWLease]):
+    """``with rwlock.read as lease`` (or ``.write``)."""
+
+    _lease = RWLease
+
+
+S = TypeVar("S", bound=RWSideHandle[Any])
+
+
+class RWLockBase(Generic[S]):
+    """A read-write lock: ``read`` and ``write``, each a handle with the verbs of every lock."""
+
+    _side: type[S]
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        name: str,
+        ttl: float = DEFAULT_TTL,
+        *,
+        readers: int = DEFAULT_READERS,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> None:
+        """Read-write lock ``name``: up to ``readers`` readers at once or one writer, in
+        arrival order for both, leases of ``ttl`` seconds, one token counter for both kinds
+        (fence with ``SQLFence.admit_read`` / ``admit_write``). ``wait``, ``timeout``,
+        ``lock_delay``: as for a lock, for both sides."""
+        check_arguments(name, ttl, timeout, pool.drift, pool.margin)
+        readers = check_readers(name, readers)
+        pool.timing(ttl, lock_delay)
+        self.name = name
+        def side(mode: Mode) -> S:
+            return self._side(
+                pool, name, mode, float(ttl), readers=readers, wait=wait, timeout=timeout,
+                lock_delay=lock_delay,
+            )  # fmt: skip
+
+        self.read: S = side("read")
+        """The read lock: shared with other readers, never with a writer."""
+        self.write: S = side("write")
+        """The write lock: no reader nor other writer beside it."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class AsyncRWLock(RWLockBase[AsyncRWSide]):
+    """``client.rwlock(name)`` of the async API: ``async with lock.read as lease``."""
+
+    _side = AsyncRWSide
+
+
+class RWLock(RWLockBase[RWSide]):
+    """``client.rwlock(name)`` of the sync API: ``with lock.write as lease``."""
+
+    _side = RWSide

@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from ._arguments import check_arguments
 from ._errors import InvalidArgument, NotAcquired
-from ._lease import AsyncLease
+from ._handles import AsyncHandle, Handle, SyncHandle
+from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import acquire
-from ._names import MAX_NAME_BYTES, check_name
+from ._names import MAX_NAME_BYTES, check_name, reserve
+from ._state import DEFAULT_TTL
 
 if TYPE_CHECKING:
     from ._pool import SessionPool
@@ -39,22 +42,34 @@ if TYPE_CHECKING:
 MAX_PERMITS = 256
 """A waiter at the head of the line queues on every slot: keep that bounded."""
 PREFIX = "semaphore/"
-L = TypeVar("L", bound=AsyncLease)
+reserve(PREFIX, "semaphores")
+L = TypeVar("L", bound=LeaseBase)
 
 
-class AsyncPermit(AsyncLease):
+class PermitBase(LeaseBase):
     """One permit of a semaphore: a lease on one slot (its name and token are the slot's)."""
 
     semaphore: str = ""
     """The semaphore's name."""
-    slot: int = -1
-    """Which permit slot, 0 to ``permits - 1``."""
+    index: int = -1
+    """Which of the permits, 0 to ``permits - 1``."""
     permits: int = 0
     """The count this permit was asked with."""
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
-        return f"<Permit {self.slot} of {self.semaphore!r} token={self.token} {state}>"
+        return f"<Permit {self.index} of {self.semaphore!r} token={self.token} {state}>"
+
+
+class AsyncPermit(PermitBase, AsyncLease):
+    """A permit of the async API."""
+
+
+class Permit(PermitBase, Lease):
+    """A permit of the sync API."""
+
+
+PL = TypeVar("PL", bound=PermitBase)
 
 
 def check_count(count: object, what: str = "permits") -> int:
@@ -92,15 +107,16 @@ async def acquire_permit(
     wait: bool,
     timeout: float | None,
     lock_delay: float | None,
-) -> AsyncPermit:
+    make: type[PL],
+) -> PL:
     """A permit of ``name``: ``NotAcquired`` if all are held and ``wait`` is False or
     ``timeout`` passes (arguments already checked). Its slot shows the count it was asked
     with (``tenure ls`` says how many are free)."""
     permit = await _take(
-        pool, name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay
+        pool, name, permits, ttl, wait=wait, timeout=timeout, lock_delay=lock_delay, make=make
     )
     try:
-        if not await permit.set_value(str(permits)):
+        if not await permit._set_value(str(permits)):
             permit._mark_lost("the store says the permit's slot is no longer held")
     except BaseException:
         await give_back([permit])
@@ -117,9 +133,10 @@ async def _take(
     wait: bool,
     timeout: float | None,
     lock_delay: float | None,
-) -> AsyncPermit:
+    make: type[PL],
+) -> PL:
     if not wait:
-        return await _free_slot(pool, name, permits, ttl, lock_delay)
+        return await _free_slot(pool, name, permits, ttl, lock_delay, make)
     give_up = None if timeout is None else pool.clock.now() + timeout
     try:
         gate: AsyncLease = await acquire(
@@ -129,20 +146,20 @@ async def _take(
         raise NotAcquired(f"semaphore {name!r}: others are ahead in line", None) from None
     try:
         try:
-            return await _free_slot(pool, name, permits, ttl, lock_delay)
+            return await _free_slot(pool, name, permits, ttl, lock_delay, make)
         except NotAcquired:
             left = None if give_up is None else max(0.0, give_up - pool.clock.now())
-            return await _first_granted(pool, name, permits, ttl, left, lock_delay)
+            return await _first_granted(pool, name, permits, ttl, left, lock_delay, make)
     finally:
         with anyio.CancelScope(shield=True):
-            await gate.release()
+            await gate._release()
 
 
 async def _free_slot(
-    pool: SessionPool, name: str, permits: int, ttl: float, lock_delay: float | None
-) -> AsyncPermit:
+    pool: SessionPool, name: str, permits: int, ttl: float, lock_delay: float | None, make: type[PL]
+) -> PL:
     """A slot free now with nobody queued on it (the lowest), or ``NotAcquired``."""
-    got = await free_slot(pool, lambda i: slot_name(name, i), permits, ttl, lock_delay, AsyncPermit)
+    got = await free_slot(pool, lambda i: slot_name(name, i), permits, ttl, lock_delay, make)
     if got is None:
         raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
     return _named(got[1], name, got[0], permits)
@@ -155,9 +172,10 @@ async def _first_granted(
     ttl: float,
     timeout: float | None,
     lock_delay: float | None,
-) -> AsyncPermit:
+    make: type[PL],
+) -> PL:
     got = await first_granted(
-        pool, lambda i: slot_name(name, i), permits, ttl, timeout, lock_delay, AsyncPermit
+        pool, lambda i: slot_name(name, i), permits, ttl, timeout, lock_delay, make
     )
     if got is None:
         raise NotAcquired(f"semaphore {name!r}: all {permits} permits are held", None)
@@ -223,13 +241,60 @@ async def first_granted(
     return granted[0]
 
 
-async def give_back(leases: Sequence[AsyncLease]) -> None:
+async def give_back(leases: Sequence[LeaseBase]) -> None:
     """Release ``leases``, shielded: a grant nobody keeps must not stay held."""
     with anyio.CancelScope(shield=True):
         for lease in leases:
-            await lease.release()
+            await lease._release()
 
 
-def _named(lease: AsyncPermit, name: str, slot: int, permits: int) -> AsyncPermit:
-    lease.semaphore, lease.slot, lease.permits = name, slot, permits
+def _named(lease: PL, name: str, index: int, permits: int) -> PL:
+    lease.semaphore, lease.index, lease.permits = name, index, permits
     return lease
+
+
+class SemaphoreHandle(Handle[PL]):
+    """A semaphore: at most ``permits`` holders at a time, in arrival order."""
+
+    given_as = "permit"
+    _permit: type[PL]
+
+    def __init__(
+        self,
+        pool: SessionPool,
+        name: str,
+        permits: int,
+        ttl: float = DEFAULT_TTL,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+        lock_delay: float | None = None,
+    ) -> None:
+        """Semaphore ``name`` of ``permits`` permits, each a lease of ``ttl`` seconds on a slot
+        of its own (fence by ``permit.name`` and ``permit.token``: the slot's). A changed count
+        applies to new grants. ``wait``, ``timeout``, ``lock_delay``: as for a lock."""
+        check_arguments(name, ttl, timeout, pool.drift, pool.margin)
+        self.permits = check_semaphore(name, permits)
+        pool.timing(ttl, lock_delay)
+        super().__init__(pool, name, wait=wait, timeout=timeout)
+        self.ttl = float(ttl)
+        self.lock_delay = lock_delay
+
+    async def _take(self, wait: bool, timeout: float | None) -> PL:
+        return await acquire_permit(
+            self._pool, self.name, self.permits, self.ttl, wait=wait, timeout=timeout,
+            lock_delay=self.lock_delay, make=self._permit,
+        )  # fmt: skip
+
+
+class AsyncSemaphore(SemaphoreHandle[AsyncPermit], AsyncHandle[AsyncPermit]):
+    """``async with client.semaphore(name, 3) as permit``: one of 3 permits; the body is
+    cancelled if the permit is lost."""
+
+    _permit = AsyncPermit
+
+
+class Semaphore(SemaphoreHandle[Permit], SyncHandle[Permit]):
+    """``with client.semaphore(name, 3) as permit``: one of 3 permits."""
+
+    _permit = Permit

@@ -1,7 +1,7 @@
 """The session keeper: one per (client, TTL), renewing every lock the session holds at once.
 
-The only renewal loop in tenure; every store and both APIs use it (docs/design.md rules 3–5). It renews
-every ttl/3, retries with back-off inside the window, never waits for an answer past the
+The only renewal loop in tenure; every store and both APIs use it (docs/design.md rules
+3–5). It renews every ttl/3, retries with back-off inside the window, never waits for an answer past the
 deadline, and turns "the store says gone" or "the deadline passed" into loss of every lease the
 session holds. It tells each holder through the callbacks the holder attached (`Listener`): the
 keeper knows nothing of what a lease is.
@@ -12,14 +12,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
 from ._clock import Clock
 from ._errors import StoreUnavailable
 from ._state import LeaseState, Loss, Timing
-from ._values import Owner
+from ._values import Holder
 from .stores._spi import Session, Store
+
+if TYPE_CHECKING:
+    from ._loop_thread import LoopThread
 
 log = logging.getLogger("tenure")
 
@@ -42,6 +46,8 @@ class SessionKeeper:
         self.handle = handle
         self.state = state
         self.clock = clock
+        self.portal: LoopThread | None = None
+        """The event-loop thread of a sync client's session (what its blocking leases use)."""
         self._listeners: dict[object, Listener] = {}
         self._stopped = anyio.Event()
 
@@ -59,9 +65,9 @@ class SessionKeeper:
         return len(self._listeners)
 
     @classmethod
-    async def open(cls, store: Store, timing: Timing, owner: Owner, clock: Clock) -> SessionKeeper:
+    async def open(cls, store: Store, timing: Timing, owner: Holder, clock: Clock) -> SessionKeeper:
         t_sent = clock.now()
-        handle = await store.open_session(timing.ttl, owner, timing.hold_back)
+        handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
     def expired(self) -> bool:

@@ -16,7 +16,7 @@ after the last confirmed request was sent): work should stop then, and be done b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from ._errors import InvalidArgument
@@ -34,6 +34,8 @@ class Loss(Enum):
     CLOSED = "session closed"
 
 
+DEFAULT_TTL = 30.0
+"""Seconds a lease lasts without a renewal unless a primitive is given another TTL."""
 DEFAULT_DRIFT = 0.01
 """Assumed worst-case rate difference between this host's clock and the store's (1%)."""
 DEFAULT_MARGIN = 0.1
@@ -59,35 +61,39 @@ def _number(value: object, what: str) -> float:
     return number
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Timing:
     """The timing of one TTL: how long a grant is valid locally, and when to renew it."""
 
     ttl: float
-    drift: float = DEFAULT_DRIFT
-    margin: float = DEFAULT_MARGIN
-    lock_delay: float | None = None
-    """Seconds a name stays held back after a lease on it ends without a release (rule 8), as
-    given; None: `default_lock_delay` of the TTL. ``hold_back`` is the value that applies."""
-    hold_back: float = field(init=False)
+    drift: float
+    margin: float
+    lock_delay: float
+    """Seconds a name is kept from everyone after a lease on it ends without a release
+    (rule 8): the delay that applies — as given, or `default_lock_delay` of the TTL."""
 
-    def __post_init__(self) -> None:
-        ttl = _number(self.ttl, "ttl")
-        drift = _number(self.drift, "drift")
-        margin = _number(self.margin, "margin")
+    def __init__(
+        self,
+        ttl: float,
+        drift: float = DEFAULT_DRIFT,
+        margin: float = DEFAULT_MARGIN,
+        lock_delay: float | None = None,
+    ) -> None:
+        ttl = _number(ttl, "ttl")
+        drift = _number(drift, "drift")
+        margin = _number(margin, "margin")
         if ttl <= 0 or ttl > MAX_TTL:
-            raise InvalidArgument(f"ttl must be in (0, {MAX_TTL:.0f}] seconds, got {self.ttl!r}")
-        delay = default_lock_delay(ttl) if self.lock_delay is None else self.lock_delay
-        delay = _number(delay, "lock_delay")
+            raise InvalidArgument(f"ttl must be in (0, {MAX_TTL:.0f}] seconds, got {ttl!r}")
+        delay = _number(default_lock_delay(ttl) if lock_delay is None else lock_delay, "lock_delay")
         if not 0 <= delay <= MAX_LOCK_DELAY:
             raise InvalidArgument(
-                f"lock_delay must be in [0, {MAX_LOCK_DELAY:.0f}] seconds, got {self.lock_delay!r}"
+                f"lock_delay must be in [0, {MAX_LOCK_DELAY:.0f}] seconds, got {lock_delay!r}"
             )
-        object.__setattr__(self, "hold_back", delay)
+        object.__setattr__(self, "lock_delay", delay)
         if not 0 <= drift < 0.5:
-            raise InvalidArgument(f"drift must be in [0, 0.5), got {self.drift!r}")
+            raise InvalidArgument(f"drift must be in [0, 0.5), got {drift!r}")
         if margin < 0:
-            raise InvalidArgument(f"margin must be >= 0, got {self.margin!r}")
+            raise InvalidArgument(f"margin must be >= 0, got {margin!r}")
         object.__setattr__(self, "ttl", ttl)
         object.__setattr__(self, "drift", drift)
         object.__setattr__(self, "margin", margin)

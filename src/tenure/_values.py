@@ -37,8 +37,8 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
-class Owner:
-    """Who holds a session: shown by ``tenure ls`` and to waiters."""
+class Holder:
+    """Who holds a grant (its client's session): shown by ``tenure ls`` and to waiters."""
 
     host: str
     pid: int
@@ -51,7 +51,7 @@ class LockInfo:
 
     name: str
     token: int
-    owner: Owner
+    holder: Holder
     expires_in: float
     """Seconds until the store would expire the holder's lease, if not renewed."""
     waiters: int = 0
@@ -60,9 +60,9 @@ class LockInfo:
 
 
 @dataclass(frozen=True)
-class HeldBack:
-    """A name that is free but not grantable yet: its last lease ended without a release and
-    its lock-delay has not passed (docs/design.md rule 8)."""
+class LockDelay:
+    """A name that is free but kept from everyone by lock-delay: its last lease ended without a
+    release and its lock-delay has not passed (docs/design.md rule 8)."""
 
     name: str
     token: int

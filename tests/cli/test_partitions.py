@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tenure import LockInfo, Owner
+from tenure import LockInfo, Holder
 from tenure._partitions import assign
 from tenure.cli.partitions import read_map
 
@@ -190,7 +190,7 @@ def test_bad_input_is_one_line(cli: Cli, watch: list[str]) -> None:
 def lock(
     name: str, pid: int, label: str = "", token: int = 1, value: str | None = None
 ) -> LockInfo:
-    return LockInfo(name, token, Owner("h", pid, label), 5.0, value=value)
+    return LockInfo(name, token, Holder("h", pid, label), 5.0, value=value)
 
 
 def test_read_map_without_a_store() -> None:

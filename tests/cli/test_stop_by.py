@@ -1,6 +1,6 @@
 """`tenure run` stops its command by the lease's deadline, before the store could grant the lock
-to anyone else (docs/design.md rule 5), and says which of three things happened: renewals failed (76),
-tenure was paused past the deadline (77), the store says the session is gone (78)."""
+to anyone else (docs/design.md rule 5), and says which of three things happened: renewals
+failed (76), tenure was paused past the deadline (77), the store says the session is gone (78)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ async def test_exclusive_runs_one_call_at_a_time_and_says_who_skipped(store_url:
             skipped = await from_b()  # b on the same name, meanwhile
             assert isinstance(skipped, Skipped) and not skipped
             assert skipped.reason == "held" and skipped.holder is not None
-            assert skipped.holder.owner.label == "a" and "held by a" in str(skipped)
+            assert skipped.holder.holder.label == "a" and "held by a" in str(skipped)
             return f"a ran for {day}"
 
         assert await from_a("monday") == "a ran for monday"

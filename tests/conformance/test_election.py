@@ -46,7 +46,7 @@ async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
         [second] = won
         assert second.term > first.term
         assert first.released and not first.lost
-        assert (await a.leader("e")) == Leader("e", second.term, "host-b", b.owner)
+        assert (await a.leader("e")) == Leader("e", second.term, "host-b", b.holder)
         await second.resign()
         assert await a.leader("e") is None
 

@@ -11,7 +11,7 @@ import pytest
 import tenure
 from tenure import InvalidArgument, NotAcquired
 from tenure._url import open_store
-from tenure.stores._spi import Grant, Owner
+from tenure.stores._spi import Grant, Holder
 
 pytestmark = pytest.mark.anyio
 
@@ -106,16 +106,16 @@ async def test_only_the_holder_can_release_or_proclaim(store_url: str) -> None:
     lock, even with the right token, changes nothing."""
     mine, theirs = open_store(store_url), open_store(store_url)
     try:
-        owner = Owner("host", 1, "holder")
+        owner = Holder("host", 1, "holder")
         holder = await mine.open_session(10, owner)
-        stranger = await theirs.open_session(10, Owner("host", 2, "stranger"))
+        stranger = await theirs.open_session(10, Holder("host", 2, "stranger"))
         grant = await mine.attempt(holder, "guarded", None, enqueue=False)
         assert isinstance(grant, Grant)
         await theirs.release(stranger, "guarded", grant.token)
         await theirs.release(stranger, "guarded", grant.token + 1)
         assert not await theirs.proclaim(stranger, "guarded", grant.token, "forged")
         [info] = await theirs.locks("guarded")
-        assert (info.token, info.owner.label, info.value) == (grant.token, "holder", None)
+        assert (info.token, info.holder.label, info.value) == (grant.token, "holder", None)
         await mine.release(holder, "guarded", grant.token - 1)  # a stale token of the holder
         assert [i.token for i in await theirs.locks("guarded")] == [grant.token]
         await mine.release(holder, "guarded", grant.token)

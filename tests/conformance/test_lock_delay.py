@@ -102,7 +102,7 @@ async def test_the_store_enforces_the_delay_whatever_the_asker_says(store_url: s
     """Store level: a session that asks with no lock-delay of its own is still held back by the
     delay of the session that ended."""
     store = open_store(store_url)
-    owner = tenure.Owner("test", os.getpid())
+    owner = tenure.Holder("test", os.getpid())
     try:
         dead = await store.open_session(1, owner, DELAY)
         live = await store.open_session(10, owner, 0.0)

@@ -1,4 +1,5 @@
-"""Rules 1, 5, 6 and 8 of docs/design.md on every store: exclusion, tokens, loss, release, queueing."""
+"""Rules 1, 5, 6 and 8 of docs/design.md on every store: exclusion, tokens, loss, release,
+queueing."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ async def test_exclusion_and_holder_info(store_url: str) -> None:
             await b.acquire("job", ttl=5, wait=False)
         holder = raised.value.holder
         assert isinstance(holder, tenure.LockInfo)
-        assert holder.token == lease.token and holder.owner.label == "first"
+        assert holder.token == lease.token and holder.holder.label == "first"
         assert 0 < holder.expires_in <= 5
         [info] = await b.locks()
         assert info.name == "job" and info.token == lease.token
@@ -100,8 +101,8 @@ async def test_a_stale_release_never_frees_the_next_holders_lock(store_url: str)
     grant; only the holder's current token frees the name."""
     store = open_store(store_url)
     try:
-        paused = await store.open_session(1.5, tenure.Owner("h", 1, "paused"))  # not kept alive
-        holder = await store.open_session(10, tenure.Owner("h", 2, "holder"))
+        paused = await store.open_session(1.5, tenure.Holder("h", 1, "paused"))  # not kept alive
+        holder = await store.open_session(10, tenure.Holder("h", 2, "holder"))
         first = await store.attempt(paused, "stale", None, enqueue=False)
         assert isinstance(first, Grant)
         with anyio.fail_after(10):  # until the store has ended the paused holder's session
@@ -112,7 +113,7 @@ async def test_a_stale_release_never_frees_the_next_holders_lock(store_url: str)
         await store.release(paused, "stale", first.token)  # it wakes up and releases
         await store.release(holder, "stale", first.token)
         [info] = await store.locks("stale")
-        assert (info.token, info.owner.label) == (second.token, "holder")
+        assert (info.token, info.holder.label) == (second.token, "holder")
         await store.release(holder, "stale", second.token)
         third = await store.attempt(holder, "stale", None, enqueue=False)  # the same session
         assert isinstance(third, Grant) and third.token > second.token
@@ -324,7 +325,7 @@ async def test_waiter_giving_up_as_it_is_granted_passes_the_lock_on(store_url: s
     """Store level: a release may grant the lock to a waiter at the moment it gives up; leaving
     must then pass the lock on (or free it), never leave it held by nobody."""
     store = open_store(store_url)
-    owner = tenure.Owner("test", os.getpid())
+    owner = tenure.Holder("test", os.getpid())
     try:
         a, b, c = [await store.open_session(5, owner) for _ in range(3)]
         granted = await store.attempt(a, "handoff", None, enqueue=True)

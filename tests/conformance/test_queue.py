@@ -12,7 +12,7 @@ import pytest
 import tenure
 from tenure import AsyncClient, LeaseLost
 from tenure._url import open_store
-from tenure.stores._spi import Busy, Grant, Owner, Session, Store
+from tenure.stores._spi import Busy, Grant, Holder, Session, Store
 from tenure.testing import FaultyStore
 
 pytestmark = pytest.mark.anyio
@@ -58,9 +58,9 @@ async def test_a_waiter_whose_session_died_is_skipped(
     holder_ttl = 10.0 if holder_ends == "released" else DEAD_TTL + 1.5
     async with tenure.connect_async(store_url, label="alive") as alive:
         (await alive.acquire("warm-up", ttl=10)).check()  # its session is open before the clock
-        holder = await store.open_session(holder_ttl, Owner("h", 1, "holder"))
+        holder = await store.open_session(holder_ttl, Holder("h", 1, "holder"))
         holder_opened = anyio.current_time()
-        dead = await store.open_session(DEAD_TTL, Owner("h", 2, "dead"))
+        dead = await store.open_session(DEAD_TTL, Holder("h", 2, "dead"))
         try:
             await grant(store, dead, "marker")  # gone from locks() once the store ends `dead`
             token = await grant(store, holder, "skip")
@@ -148,9 +148,9 @@ async def test_a_release_wakes_exactly_one_waiter(store_url: str) -> None:
 
 
 async def test_a_busy_attempt_that_will_not_wait_leaves_no_trace(store: Store) -> None:
-    one = await store.open_session(10, Owner("h", 1, "one"))
-    two = await store.open_session(10, Owner("h", 2, "two"))
-    three = await store.open_session(10, Owner("h", 3, "three"))
+    one = await store.open_session(10, Holder("h", 1, "one"))
+    two = await store.open_session(10, Holder("h", 2, "two"))
+    three = await store.open_session(10, Holder("h", 3, "three"))
     try:
         token = await grant(store, one, "busy")
         outcome = await store.attempt(two, "busy", None, False)

@@ -14,7 +14,7 @@ import tenure
 from tenure import StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._registry import REGISTRY, StoreEntry
-from tenure.stores._spi import Busy, Grant, Owner
+from tenure.stores._spi import Busy, Grant, Holder
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 async def test_one_session_acquiring_a_name_twice_gets_it_once(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        session = await store.open_session(10, Owner("h", 1, "twice"))
+        session = await store.open_session(10, Holder("h", 1, "twice"))
         first = await store.attempt(session, "twice", None, enqueue=True)
         second = await store.attempt(session, "twice", None, enqueue=True)
         assert isinstance(first, Grant) and isinstance(second, Busy)

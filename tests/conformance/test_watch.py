@@ -9,7 +9,7 @@ import pytest
 
 from tenure._election import MAX_VALUE
 from tenure._url import open_store
-from tenure.stores._spi import Change, Grant, Owner, Store, Watch
+from tenure.stores._spi import Change, Grant, Holder, Store, Watch
 
 pytestmark = pytest.mark.anyio
 
@@ -42,8 +42,8 @@ def states(changes: list[Change]) -> list[tuple[int, str | None] | None]:
 
 
 async def test_every_grant_value_and_release_is_reported_in_order(store: Store) -> None:
-    one = await store.open_session(10, Owner("h", 1, "one"))
-    two = await store.open_session(10, Owner("h", 2, "two"))
+    one = await store.open_session(10, Holder("h", 1, "one"))
+    two = await store.open_session(10, Holder("h", 2, "two"))
     watch = await store.watch("e")
     try:
         first = await grant(store, one, "e")
@@ -61,7 +61,7 @@ async def test_every_grant_value_and_release_is_reported_in_order(store: Store) 
         ]
         assert all(c.name == "e" for c in changes)
         last = changes[-1].holder
-        assert last is not None and last.owner.label == "two"
+        assert last is not None and last.holder.label == "two"
         [info] = await store.locks("e")
         assert (info.token, info.value) == (second, "leader two ✓")
         assert await watch.next(0.3) == []  # nothing else happened
@@ -72,8 +72,8 @@ async def test_every_grant_value_and_release_is_reported_in_order(store: Store) 
 
 
 async def test_proclaim_needs_the_holders_session_and_token(store: Store) -> None:
-    one = await store.open_session(10, Owner("h", 1, "one"))
-    two = await store.open_session(10, Owner("h", 2, "two"))
+    one = await store.open_session(10, Holder("h", 1, "one"))
+    two = await store.open_session(10, Holder("h", 2, "two"))
     try:
         token = await grant(store, one, "p")
         assert not await store.proclaim(two, "p", token, "usurper")
@@ -91,7 +91,7 @@ async def test_the_longest_values_are_reported_whole(store: Store) -> None:
     """A leader's value may be MAX_VALUE characters: of 4 bytes each in UTF-8, or of 6 bytes
     each escaped in JSON; every one is reported whole, in order."""
     values = ["\U0001f451" * MAX_VALUE, '"\x01' * (MAX_VALUE // 2), "short"]
-    session = await store.open_session(30, Owner("h", 1, "long"))
+    session = await store.open_session(30, Holder("h", 1, "long"))
     watch = await store.watch("long")
     try:
         token = await grant(store, session, "long")
@@ -108,8 +108,8 @@ async def test_the_longest_values_are_reported_whole(store: Store) -> None:
 
 async def test_a_hand_over_to_a_waiter_is_reported(store: Store) -> None:
     """A release that hands the lock to the next waiter is one change with the new token."""
-    one = await store.open_session(10, Owner("h", 1, "one"))
-    two = await store.open_session(10, Owner("h", 2, "two"))
+    one = await store.open_session(10, Holder("h", 1, "one"))
+    two = await store.open_session(10, Holder("h", 2, "two"))
     watch = await store.watch("q")
     try:
         first = await grant(store, one, "q")
@@ -136,7 +136,7 @@ async def test_watches_see_changes_made_through_another_connection(
     store: Store, store_url: str
 ) -> None:
     other = open_store(store_url)
-    session = await other.open_session(10, Owner("h", 3, "other"))
+    session = await other.open_session(10, Holder("h", 3, "other"))
     watch = await store.watch("x")
     try:
         token = await grant(other, session, "x")
@@ -152,7 +152,7 @@ async def test_watches_see_changes_made_through_another_connection(
 
 
 async def test_closing_the_holders_session_is_reported(store: Store) -> None:
-    one = await store.open_session(10, Owner("h", 1, "one"))
+    one = await store.open_session(10, Holder("h", 1, "one"))
     watch = await store.watch("c")
     try:
         await grant(store, one, "c")

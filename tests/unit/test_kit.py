@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tenure import InvalidArgument, Owner, StoreUnavailable
+from tenure import InvalidArgument, Holder, StoreUnavailable
 from tenure.stores._connect import NO_OPTIONS
 from tenure.stores._kit import (
     FOREIGN,
@@ -19,8 +19,8 @@ from tenure.stores._kit import (
 
 
 def test_the_owner_round_trips_with_the_stores_own_fields() -> None:
-    owner, fields = parse_owner(owner_json(Owner("h", 7, "job"), ttl=3.5))
-    assert owner == Owner("h", 7, "job") and fields["ttl"] == 3.5
+    owner, fields = parse_owner(owner_json(Holder("h", 7, "job"), ttl=3.5))
+    assert owner == Holder("h", 7, "job") and fields["ttl"] == 3.5
     assert parse_owner(b'{"host": "h"}') == (FOREIGN, {})
     assert parse_owner(None) == (FOREIGN, {})
     assert parse_owner(b"\xff not json") == (FOREIGN, {})

@@ -35,7 +35,7 @@ def test_too_much_grace_is_refused_naming_the_largest() -> None:
 
 def test_default_lock_delay_is_one_ttl_at_most_15s() -> None:
     assert default_lock_delay(3) == 3 and default_lock_delay(30) == 15
-    assert Timing(3).hold_back == 3 and Timing(3, lock_delay=0).hold_back == 0
+    assert Timing(3).lock_delay == 3 and Timing(3, lock_delay=0).lock_delay == 0
     assert Timing(3).lock_delay is None  # as given
 
 

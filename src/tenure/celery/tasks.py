@@ -92,7 +92,7 @@ class ExclusiveTask(celery.Task):  # type: ignore[misc]
         return result
 
     def busy(self, skipped: tenure.Skipped) -> Any:
-        holder = skipped.holder.owner if skipped.holder is not None else None
+        holder = skipped.lock.holder if skipped.lock is not None else None
         who = f"{holder.label or holder.host} pid {holder.pid}" if holder is not None else ""
         if self.on_busy == "retry":
             logger.info(

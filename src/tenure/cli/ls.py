@@ -14,7 +14,7 @@ import tenure
 from .._names import check_name
 from .._rwlock import PREFIX as RWLOCK
 from .._semaphore import PREFIX as SEMAPHORE
-from .._values import HeldBack, LockInfo
+from .._values import LockDelay, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
@@ -26,12 +26,12 @@ def shown(text: str) -> str:
 
 
 def holder(info: LockInfo) -> str:
-    owner = info.owner
+    owner = info.holder
     label = f" ({shown(owner.label)})" if owner.label else ""
     return f"{shown(owner.host)} pid {owner.pid}{label}"
 
 
-def table(infos: list[LockInfo], held: Sequence[HeldBack] = ()) -> str:
+def table(infos: list[LockInfo], held: Sequence[LockDelay] = ()) -> str:
     rows = [COLUMNS] + [
         (
             shown(info.name),
@@ -110,11 +110,11 @@ def rwlocks(infos: list[LockInfo]) -> list[str]:
     return lines
 
 
-def free(held: HeldBack) -> str:
+def free(held: LockDelay) -> str:
     return f"free in {max(0.0, held.free_in):.1f}s"
 
 
-def held_back_line(held: HeldBack) -> str:
+def held_back_line(held: LockDelay) -> str:
     token = f" with token {held.token}" if held.token else ""
     return (
         f"lock {shown(held.name)!r} is not held: its lease{token} ended without a release, so "
@@ -123,7 +123,7 @@ def held_back_line(held: HeldBack) -> str:
 
 
 def detail(info: LockInfo) -> str:
-    owner = info.owner
+    owner = info.holder
     lines = [
         ("lock", shown(info.name)),
         ("token", str(info.token)),
@@ -143,7 +143,7 @@ def _as_json(info: LockInfo) -> dict[str, object]:
     return data
 
 
-def _held_json(held: HeldBack) -> dict[str, object]:
+def _held_json(held: LockDelay) -> dict[str, object]:
     return {"name": held.name, "token": held.token, "state": "held-back", "free_in": held.free_in}
 
 

@@ -24,7 +24,7 @@ from .._partitions import (
     member_lock,
     read_members,
 )
-from .._values import LockInfo, Owner
+from .._values import LockInfo, Holder
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
 
@@ -45,17 +45,17 @@ def read_map(group: str, locks: Iterable[LockInfo]) -> Map:
     member_prefix, item_prefix = member_lock(group, ""), item_lock(group, "")
     members: list[Map] = []
     items: list[Map] = []
-    ids: dict[Owner, list[str]] = {}
+    ids: dict[Holder, list[str]] = {}
     for info in infos:
         if info.name.startswith(member_prefix):
             member, left = info.name[len(member_prefix) :], round(info.expires_in, 3)
-            ids.setdefault(info.owner, []).append(member)
+            ids.setdefault(info.holder, []).append(member)
             members.append(
-                dict(id=member, weight=weights.get(member), **asdict(info.owner), expires_in=left)
+                dict(id=member, weight=weights.get(member), **asdict(info.holder), expires_in=left)
             )
     for info in infos:
         if info.name.startswith(item_prefix):
-            item, found = info.name[len(item_prefix) :], ids.get(info.owner, [])
+            item, found = info.name[len(item_prefix) :], ids.get(info.holder, [])
             owner = found[0] if len(found) == 1 else found or None
             left = round(info.expires_in, 3)
             items.append(dict(item=item, member=owner, token=info.token, expires_in=left))

@@ -74,7 +74,7 @@ def _signals_interrupt(signals: Sequence[int] = FORWARDED) -> Iterator[None]:
 
 def describe(holder: LockInfo) -> str:
     """``host pid 123 (label 'ci'), token 7, expires in 28.1s``."""
-    owner = holder.owner
+    owner = holder.holder
     label = f" (label {owner.label!r})" if owner.label else ""
     return (
         f"{owner.host} pid {owner.pid}{label}, token {holder.token}, "
@@ -90,7 +90,7 @@ class WaitReporter:
         self._last: tuple[object, ...] | None = None
 
     def __call__(self, holder: LockInfo | None) -> None:
-        key = (None,) if holder is None else (holder.token, holder.owner)
+        key = (None,) if holder is None else (holder.token, holder.holder)
         if key == self._last:
             return
         self._last = key
@@ -258,7 +258,7 @@ def _locked_run(
                     err=True,
                 )
             elif not quiet:
-                holder = exc.holder
+                holder = exc.lock
                 who = (
                     f"held by {describe(holder)}"
                     if holder is not None

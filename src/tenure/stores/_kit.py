@@ -21,7 +21,7 @@ from urllib.parse import SplitResult, urlsplit
 import anyio
 
 from .._errors import InvalidArgument, StoreUnavailable
-from .._values import Owner
+from .._values import Holder
 from ._connect import (
     TLS_OPTIONS,
     ConnectOptions,
@@ -34,28 +34,28 @@ from ._connect import (
 
 T = TypeVar("T")
 
-FOREIGN = Owner("?", 0, "not written by tenure")
+FOREIGN = Holder("?", 0, "not written by tenure")
 """The owner shown for a lock whose data tenure did not write (or cannot read)."""
 
 
 # -- the owner codec -------------------------------------------------------------------------
 
 
-def owner_fields(owner: Owner) -> dict[str, object]:
+def owner_fields(owner: Holder) -> dict[str, object]:
     return {"host": owner.host, "pid": owner.pid, "label": owner.label}
 
 
-def owner_json(owner: Owner, **more: object) -> str:
+def owner_json(owner: Holder, **more: object) -> str:
     """``owner`` as JSON, with ``more`` fields beside it (a store's own: ttl, value, …)."""
     return json.dumps({**owner_fields(owner), **more})
 
 
-def owner_of(fields: Mapping[str, Any]) -> Owner:
+def owner_of(fields: Mapping[str, Any]) -> Holder:
     """The owner in decoded fields; ``KeyError``/``ValueError``/``TypeError`` if not there."""
-    return Owner(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
+    return Holder(str(fields["host"]), int(fields["pid"]), str(fields.get("label", "")))
 
 
-def parse_owner(data: str | bytes | None) -> tuple[Owner, dict[str, Any]]:
+def parse_owner(data: str | bytes | None) -> tuple[Holder, dict[str, Any]]:
     """The owner and all fields of what `owner_json` wrote; `FOREIGN` and ``{}`` for anything
     else (another program's key, a truncated value)."""
     try:

@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .._errors import InvalidArgument
-from .._values import Capabilities, Change, HeldBack, LockInfo, Owner, Record
+from .._values import Capabilities, Change, LockDelay, LockInfo, Holder, Record
 from ._connect import NO_OPTIONS, ConnectOptions
 
 __all__ = [
-    "Busy", "Capabilities", "Change", "Elections", "Grant", "HeldBack", "LockInfo", "Owner",
+    "Busy", "Capabilities", "Change", "Elections", "Grant", "LockDelay", "LockInfo", "Holder",
     "Record", "Records", "Session", "Store", "Watch", "elections_of", "offers", "records_of",
 ]  # fmt: skip
 
@@ -106,7 +106,7 @@ class Store(ABC):
         """The store's URL for display, with any password redacted."""
 
     @abstractmethod
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         """Create a session that expires ``ttl`` seconds after this call unless kept alive.
 
         Lock-delay (rule 8): when the session ends *without* a release of a lock it holds (it
@@ -154,7 +154,7 @@ class Store(ABC):
         its own few locks among many (a partition group's members)."""
 
     @abstractmethod
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         """The names held back by lock-delay now (one, if ``name`` is given), none held."""
 
     @abstractmethod

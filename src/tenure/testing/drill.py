@@ -210,7 +210,7 @@ class Drill:
                 ready = all((self.root / f"{member_id(i)}.ready").exists() for i in self.workers)
                 with contextlib.suppress(tenure.StoreUnavailable):  # busy settling: look again
                     found = client.locks(prefix=f"partitions/{GROUP}/item/") if ready else []
-                    if {info.name: info.owner.label for info in found} == want:
+                    if {info.name: info.holder.label for info in found} == want:
                         return
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the group did not settle in {timeout:.0f}s")

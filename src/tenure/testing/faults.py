@@ -22,9 +22,9 @@ from ..stores._spi import (
     Busy,
     Elections,
     Grant,
-    HeldBack,
+    LockDelay,
     LockInfo,
-    Owner,
+    Holder,
     Record,
     Records,
     Session,
@@ -61,7 +61,7 @@ class FaultyStore(Store, Elections, Records):
     def url(self) -> str:
         return self.inner.url
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         if self.refuse_sessions:
             raise StoreUnavailable("injected fault: cannot open a session")
         return await self.inner.open_session(ttl, owner, lock_delay)
@@ -100,7 +100,7 @@ class FaultyStore(Store, Elections, Records):
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         return await self.inner.locks(name, prefix)
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         return await self.inner.held_back(name)
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:

@@ -22,7 +22,7 @@ from tenure.testing import FaultyStore
 from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 
 pytestmark = pytest.mark.anyio
-OWNER = tenure.Owner("test", os.getpid())
+OWNER = tenure.Holder("test", os.getpid())
 
 
 @pytest.fixture
@@ -507,7 +507,7 @@ async def test_etcd_itself_refuses_a_proclaim_from_another_lease(etcd_store_url:
         assert not await store.proclaim(two, "forged", granted.token, "usurper")
         assert await store.proclaim(one, "forged", granted.token, "mine")
         [info] = await store.locks("forged")
-        assert (info.token, info.value, info.owner) == (granted.token, "mine", OWNER)
+        assert (info.token, info.value, info.holder) == (granted.token, "mine", OWNER)
     finally:
         await store.aclose()
 

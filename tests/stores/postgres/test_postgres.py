@@ -181,7 +181,7 @@ async def test_version_2_schema_is_upgraded_for_leader_election(postgres: Postgr
         try:
             [info] = await store.locks("kept")  # upgrades on connecting
             assert (info.token, info.value) == (held.token, None)
-            session = await store.open_session(30, tenure.Owner("test", 1))
+            session = await store.open_session(30, tenure.Holder("test", 1))
             outcome = await store.attempt(session, "new", None, enqueue=False)
             assert isinstance(outcome, tenure.stores._spi.Grant)
             assert await store.proclaim(session, "new", outcome.token, "after the upgrade")
@@ -212,7 +212,7 @@ async def test_version_3_schema_is_upgraded_for_lock_delay(postgres: PostgresSer
             [info] = await store.locks("kept")  # upgrades on connecting
             assert info.token == held.token
             assert await store.held_back() == []
-            session = await store.open_session(30, tenure.Owner("test", 1), lock_delay=5)
+            session = await store.open_session(30, tenure.Holder("test", 1), lock_delay=5)
             outcome = await store.attempt(session, "new", None, enqueue=False)
             assert isinstance(outcome, Grant)
             await store.close_session(session)
@@ -240,7 +240,7 @@ async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
     try:
         grants = {}
         for name in ("closed", "swept"):
-            dead = await store.open_session(30, tenure.Owner("test", 1), lock_delay=5)
+            dead = await store.open_session(30, tenure.Holder("test", 1), lock_delay=5)
             grant = await store.attempt(dead, name, None, enqueue=False)
             assert isinstance(grant, Grant)
             grants[name] = (dead, grant.token)
@@ -263,7 +263,7 @@ async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
                 )
             )
             assert rows.fetchall() == [("closed",), ("swept",)]
-        live = await store.open_session(30, tenure.Owner("test", 2))
+        live = await store.open_session(30, tenure.Holder("test", 2))
         for name in ("closed", "swept"):
             busy = await store.attempt(live, name, None, enqueue=False)
             assert isinstance(busy, Busy) and busy.holder is None
@@ -298,7 +298,7 @@ async def test_uncontended_grant_and_release_are_one_statement_each(
     url, _ = fresh_url(postgres)
     store = PostgresStore.from_url(url)
     try:
-        session = await store.open_session(30, tenure.Owner("test", 1))
+        session = await store.open_session(30, tenure.Holder("test", 1))
         sent = count_statements(store)
         for _ in range(3):
             granted = await store.attempt(session, "rt", None, enqueue=True)
@@ -320,7 +320,7 @@ async def test_a_handed_over_waiter_learns_its_grant_with_one_read(
     read (no lock, no write) that the lock is its own and its session alive."""
     url, _ = fresh_url(postgres)
     store_a, store_b = PostgresStore.from_url(url), PostgresStore.from_url(url)
-    owner = tenure.Owner("test", 1)
+    owner = tenure.Holder("test", 1)
     try:
         a = await store_a.open_session(30, owner)
         b = await store_b.open_session(30, owner)
@@ -366,7 +366,7 @@ async def test_a_grant_whose_answer_was_lost_is_asked_again_with_the_same_answer
     url, _ = fresh_url(postgres)
     store = PostgresStore.from_url(url)
     try:
-        session = await store.open_session(30, tenure.Owner("test", 1))
+        session = await store.open_session(30, tenure.Holder("test", 1))
         lose_answers(store, psycopg.OperationalError("server closed the connection"))
         granted = await store.attempt(session, "again", None, enqueue=True)
         assert isinstance(granted, tenure.stores._spi.Grant) and granted.token == 1
@@ -384,7 +384,7 @@ async def test_a_grant_whose_answer_was_lost_is_released_by_its_request(
     url, _ = fresh_url(postgres)
     store = PostgresStore.from_url(url)
     try:
-        session = await store.open_session(30, tenure.Owner("test", 1))
+        session = await store.open_session(30, tenure.Holder("test", 1))
         kept = await store.attempt(session, "kept", None, enqueue=False)
         assert isinstance(kept, tenure.stores._spi.Grant)
         lose_answers(store, psycopg.InterfaceError("the answer got lost"))
@@ -526,7 +526,7 @@ async def test_changes_are_announced_only_while_watched(postgres: PostgresServer
     url, schema = fresh_url(postgres)
     store = PostgresStore.from_url(url)
     try:
-        session = await store.open_session(30, tenure.Owner("test", 1))
+        session = await store.open_session(30, tenure.Holder("test", 1))
         watch = await store.watch("quiet")
         assert isinstance(watch, tenure.stores.postgres.PostgresWatch)
         await watch.aclose()
@@ -555,7 +555,7 @@ async def test_a_watch_whose_listener_died_reports_the_state_then(
     url, _ = fresh_url(postgres)
     store, other = PostgresStore.from_url(url), PostgresStore.from_url(url)
     try:
-        session = await other.open_session(30, tenure.Owner("test", 1))
+        session = await other.open_session(30, tenure.Holder("test", 1))
         watch = await store.watch("died")
         first = await other.attempt(session, "died", None, enqueue=False)
         assert isinstance(first, tenure.stores._spi.Grant)
@@ -622,7 +622,7 @@ async def test_a_lock_handed_over_as_the_store_went_away_is_passed_on_later(
     own_server.start()
     url, _ = fresh_url(own_server)
     store = PostgresStore.from_url(url)
-    owner = tenure.Owner("test", 1)
+    owner = tenure.Holder("test", 1)
     try:
         a, b = [await store.open_session(30, owner) for _ in range(2)]
         granted = await store.attempt(a, "gone", None, enqueue=True)

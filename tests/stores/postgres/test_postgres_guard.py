@@ -26,7 +26,7 @@ def anyio_backend() -> str:
 async def test_holds_is_true_for_the_holders_token_only(postgres: PostgresServer) -> None:
     store = PostgresStore.from_url(f"{postgres.dsn}?schema=t_{uuid4().hex[:12]}")
     try:
-        session = await store.open_session(30, tenure.Owner("test", 1))
+        session = await store.open_session(30, tenure.Holder("test", 1))
         first = await store.attempt(session, "guarded", None, enqueue=False)
         assert isinstance(first, Grant)
         conn = await store.connect()

@@ -28,7 +28,7 @@ from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
 from tenure.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
-OWNER = tenure.Owner("test", os.getpid())
+OWNER = tenure.Holder("test", os.getpid())
 
 
 @pytest.fixture
@@ -111,9 +111,9 @@ async def test_a_waiter_whose_session_died_is_skipped(
 ) -> None:
     """Besides what conformance/test_queue.py checks on every store: the release hands the
     lock past the dead waiter and pushes the token to the live one."""
-    holder = await store.open_session(10, tenure.Owner("h", 1, "holder"))
-    dead = await store.open_session(0.3, tenure.Owner("h", 2, "dead"))  # not kept alive
-    alive = await store.open_session(10, tenure.Owner("h", 3, "alive"))
+    holder = await store.open_session(10, tenure.Holder("h", 1, "holder"))
+    dead = await store.open_session(0.3, tenure.Holder("h", 2, "dead"))  # not kept alive
+    alive = await store.open_session(10, tenure.Holder("h", 3, "alive"))
     try:
         token = await grant(store, holder, "skip")
         first = await store.attempt(dead, "skip", None, True)
@@ -129,7 +129,7 @@ async def test_a_waiter_whose_session_died_is_skipped(
         outcome = await store.attempt(alive, "skip", second.ticket, True)
         assert isinstance(outcome, Grant) and outcome.token > token
         [info] = await store.locks("skip")
-        assert info.owner.label == "alive" and info.waiters == 0
+        assert info.holder.label == "alive" and info.waiters == 0
     finally:
         for session in (holder, dead, alive):
             await store.close_session(session)
@@ -448,7 +448,7 @@ async def test_redlock_waiters_are_handed_the_lock_in_order(
 ) -> None:
     url = redlock_url(redlock_servers, fresh_prefix())
     store = RedlockStore.from_url(url)
-    sessions = [await store.open_session(10, tenure.Owner("h", i, f"s{i}")) for i in range(3)]
+    sessions = [await store.open_session(10, tenure.Holder("h", i, f"s{i}")) for i in range(3)]
     try:
         token = await grant(store, sessions[0], "q")
         waiting = [await store.attempt(s, "q", None, True) for s in sessions[1:]]
@@ -464,7 +464,7 @@ async def test_redlock_waiters_are_handed_the_lock_in_order(
                 await store.wait(first.ticket, first, 1)
         assert outcome.token > token
         [info] = await store.locks("q")
-        assert info.owner.label == "s1" and info.waiters == 1
+        assert info.holder.label == "s1" and info.waiters == 1
     finally:
         for session in sessions:
             await store.close_session(session)

@@ -18,7 +18,7 @@ import pytest
 import tenure
 from tenure import StoreUnavailable
 from tenure._clock import REAL_CLOCK
-from tenure.stores._spi import Grant, Owner, Session
+from tenure.stores._spi import Grant, Holder, Session
 from tenure.stores.sqlite import SQLiteStore
 from tenure.stores.sqlite import events as sqlite_events
 from tenure.stores.sqlite import schema as sqlite_schema
@@ -293,7 +293,7 @@ async def test_a_schema_1_file_gets_the_value_and_lock_delay_columns(tmp_path: P
     raw.close()
     first, second = SQLiteStore.from_url(url(db)), SQLiteStore.from_url(url(db))  # idempotent
     try:
-        session = await first.open_session(10, Owner("h", 1))
+        session = await first.open_session(10, Holder("h", 1))
         grant = await first.attempt(session, "old", None, False)
         assert isinstance(grant, Grant) and grant.token == 8  # the old counter carries on
         assert await second.proclaim(session, "old", grant.token, "v")
@@ -331,7 +331,7 @@ async def test_a_schema_2_file_with_a_live_lock_gets_lock_delay(tmp_path: Path) 
         assert info.token == 7
         await anyio.sleep(0.6)
         assert await store.held_back() == []  # expired, with no delay of its own
-        session = await store.open_session(10, Owner("h", 2), lock_delay=5)
+        session = await store.open_session(10, Holder("h", 2), lock_delay=5)
         grant = await store.attempt(session, "old", None, False)
         assert isinstance(grant, Grant) and grant.token == 8
         await store.close_session(session)
@@ -347,7 +347,7 @@ async def test_a_schema_2_file_with_a_live_lock_gets_lock_delay(tmp_path: Path) 
 
 async def _expired_holder(store: SQLiteStore, name: str, delay: float) -> tuple[Session, int]:
     """A session holding ``name`` that expires at once (never kept alive), and its token."""
-    dead = await store.open_session(0.2, Owner("h", 1), lock_delay=delay)
+    dead = await store.open_session(0.2, Holder("h", 1), lock_delay=delay)
     grant = await store.attempt(dead, name, None, False)
     assert isinstance(grant, Grant)
     await anyio.sleep(0.3)
@@ -362,7 +362,7 @@ async def test_the_sweep_keeps_the_hold_back_and_a_late_release_frees_nothing(
     try:
         dead, token = await _expired_holder(store, "n", 3)
         await store.release(dead, "n", token)  # too late: the session ended without a release
-        live = await store.open_session(10, Owner("h", 2))  # sweeps the expired session
+        live = await store.open_session(10, Holder("h", 2))  # sweeps the expired session
         raw = sqlite3.connect(db)
         assert raw.execute("SELECT count(*) FROM tenure_sessions").fetchone() == (1,)
         assert raw.execute("SELECT name, token FROM tenure_held").fetchall() == [("n", token)]
@@ -389,7 +389,7 @@ async def test_a_hold_back_from_an_earlier_boot_is_over(tmp_path: Path) -> None:
         raw.commit()
         raw.close()
         assert await store.held_back() == []
-        live = await store.open_session(10, Owner("h", 3))
+        live = await store.open_session(10, Holder("h", 3))
         for name in ("swept", "unswept"):
             assert isinstance(await store.attempt(live, name, None, False), Grant)
         await store.close_session(live)
@@ -403,7 +403,7 @@ async def test_events_stay_bounded_and_a_watch_left_behind_gets_the_state(
     monkeypatch.setattr(sqlite_events, "EVENTS_KEPT", 5)
     db = tmp_path / "s.db"
     store = SQLiteStore.from_url(url(db))
-    session = await store.open_session(10, Owner("h", 1))
+    session = await store.open_session(10, Holder("h", 1))
     behind = await store.watch("b")
     try:
         grant = await store.attempt(session, "b", None, False)
@@ -462,12 +462,12 @@ async def test_a_watcher_in_another_process_sees_every_change(tmp_path: Path) ->
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
         store = SQLiteStore.from_url(url(db))
-        session = await store.open_session(10, Owner("h", 1))
+        session = await store.open_session(10, Holder("h", 1))
         grant = await store.attempt(session, "far", None, False)
         assert isinstance(grant, Grant)
         assert await store.proclaim(session, "far", grant.token, "here")
         await store.close_session(session)
-        again = await store.open_session(10, Owner("h", 1))
+        again = await store.open_session(10, Holder("h", 1))
         second = await store.attempt(again, "far", None, False)
         assert isinstance(second, Grant)
         out, _ = proc.communicate(timeout=30)
@@ -509,7 +509,7 @@ async def test_a_killed_watcher_is_dropped(tmp_path: Path) -> None:
     proc.wait()
     store = SQLiteStore.from_url(url(db))
     try:
-        session = await store.open_session(10, Owner("h", 1))
+        session = await store.open_session(10, Holder("h", 1))
         grant = await store.attempt(session, "k", None, False)
         assert isinstance(grant, Grant)
         await store.release(session, "k", grant.token)
@@ -530,8 +530,8 @@ async def test_a_hand_over_between_the_check_and_the_attempt_is_a_grant(
     its transaction: the transaction sees the grant (it used to queue the waiter again behind
     its own lock, and nothing moved until its session ended)."""
     store = SQLiteStore(tmp_path / "s.db")
-    a = await store.open_session(5.0, Owner("h", 1, "A"))
-    b = await store.open_session(5.0, Owner("h", 2, "B"))
+    a = await store.open_session(5.0, Holder("h", 1, "A"))
+    b = await store.open_session(5.0, Holder("h", 2, "B"))
     first = await store.attempt(a, "L", None, True)
     busy = await store.attempt(b, "L", None, True)
     assert isinstance(first, Grant) and not isinstance(busy, Grant)
@@ -540,5 +540,5 @@ async def test_a_hand_over_between_the_check_and_the_attempt_is_a_grant(
     outcome = await store.attempt(b, "L", busy.ticket, True)
     assert isinstance(outcome, Grant) and outcome.token > first.token
     [info] = await store.locks("L")
-    assert (info.owner.label, info.waiters) == ("B", 0)
+    assert (info.holder.label, info.waiters) == ("B", 0)
     await store.aclose()

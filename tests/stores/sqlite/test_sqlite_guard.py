@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tenure.stores._spi import Grant, Owner
+from tenure.stores._spi import Grant, Holder
 from tenure.stores.sqlite import SQLiteStore
 from tenure.stores.sqlite.guard import holds
 
@@ -37,7 +37,7 @@ async def test_holds_is_true_for_the_holders_token_only(tmp_path: Path) -> None:
             raw.execute("ROLLBACK")
 
     try:
-        session = await store.open_session(10, Owner("h", 1))
+        session = await store.open_session(10, Holder("h", 1))
         first = await store.attempt(session, "g", None, False)
         assert isinstance(first, Grant)
         assert held(first.token)
@@ -51,7 +51,7 @@ async def test_holds_is_true_for_the_holders_token_only(tmp_path: Path) -> None:
         await store.close_session(session)
         assert not held(second.token)
         # Expired without a release: no longer a holder, by the same boot clock.
-        short = await store.open_session(0.2, Owner("h", 2))
+        short = await store.open_session(0.2, Holder("h", 2))
         third = await store.attempt(short, "g", None, False)
         assert isinstance(third, Grant)
         assert held(third.token)

@@ -16,13 +16,13 @@ import pytest
 import tenure
 from tenure import InvalidArgument
 from tenure._url import open_store
-from tenure.stores._spi import Busy, Grant, Owner
+from tenure.stores._spi import Busy, Grant, Holder
 from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore
 from tenure.stores.zookeeper.transport import result, server_port
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.anyio
-OWNER = Owner("test", os.getpid(), "zk")
+OWNER = Holder("test", os.getpid(), "zk")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import anyio
 
 from ..._errors import StoreUnavailable
 from .._kit import InDoubt, owner_json, patience
-from .._spi import Owner, Session
+from .._spi import Holder, Session
 from .gateway import NOT_FOUND, Call, EtcdError, Gateway
 from .keys import Keys, delete_op, leased_to
 
@@ -23,7 +23,7 @@ from .keys import Keys, delete_op, leased_to
 class EtcdSession(Session):
     id: int
     ttl: float
-    owner: Owner
+    owner: Holder
     hold: int = 0
     """The hold-back lease (0: no lock-delay): its TTL outlives the session lease's by the delay."""
     spare: float = 0.0
@@ -96,7 +96,7 @@ class Sessions:
         self._error = error
         self._call = call
 
-    async def open(self, ttl: float, owner: Owner, lock_delay: float) -> EtcdSession:
+    async def open(self, ttl: float, owner: Holder, lock_delay: float) -> EtcdSession:
         seconds = max(1, math.ceil(ttl))
         lease = await self._grant(seconds)
         session = EtcdSession(lease, ttl, owner, lock_delay=lock_delay)

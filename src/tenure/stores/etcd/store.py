@@ -23,9 +23,9 @@ from .._spi import (
     Capabilities,
     Elections,
     Grant,
-    HeldBack,
+    LockDelay,
     LockInfo,
-    Owner,
+    Holder,
     Record,
     Records,
     Session,
@@ -177,7 +177,7 @@ class EtcdStore(Store, Elections, Records):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         return await self._sessions.open(ttl, owner, lock_delay)
 
     async def keep_alive(self, session: Session) -> bool:
@@ -459,15 +459,15 @@ class EtcdStore(Store, Elections, Records):
             raise failed[0]
         return [found[lock] for lock in sorted(found)]
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         queues, helds = await self._read_locks(name)
-        found: list[HeldBack] = []
+        found: list[LockDelay] = []
         for lock, held in sorted(helds.items()):
             token = held_token(held)
             kvs = queues.get(lock)
             if kvs and created(min(kvs, key=created)) == token:
                 continue  # its grant still holds
-            found.append(HeldBack(lock, token, await self._free_in(held)))
+            found.append(LockDelay(lock, token, await self._free_in(held)))
         return found
 
     # -- leader election -----------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ..._values import Capabilities, HeldBack, LockInfo, Owner, Record
+from ..._values import Capabilities, LockDelay, LockInfo, Holder, Record
 from .._connect import NO_OPTIONS, ConnectOptions
 from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch
 from . import guard
@@ -116,7 +116,7 @@ class PostgresStore(Store, Elections, Records):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         # Repeated after a dead connection, it would leave an empty session that expires.
         params = {
             "ttl": ttl,
@@ -198,7 +198,7 @@ class PostgresStore(Store, Elections, Records):
                 holder = None
                 if token is not None:
                     holder = LockInfo(
-                        name, int(token), Owner(host, pid, label), expires_in, int(queued)
+                        name, int(token), Holder(host, pid, label), expires_in, int(queued)
                     )
                 if mine is not None:
                     mine.seq, mine.listener = int(seq), backend
@@ -268,7 +268,7 @@ class PostgresStore(Store, Elections, Records):
             cur = await conn.execute(self._q["locks"], {"name": name})
             return [
                 LockInfo(
-                    row[0], int(row[1]), Owner(row[2], row[3], row[4]), row[5], int(row[6]), row[7]
+                    row[0], int(row[1]), Holder(row[2], row[3], row[4]), row[5], int(row[6]), row[7]
                 )
                 for row in await cur.fetchall()
                 if row[0].startswith(prefix)  # one statement reads them all: filtered here
@@ -276,10 +276,10 @@ class PostgresStore(Store, Elections, Records):
 
         return await self.commands.run(tx)
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
-        async def tx(conn: AsyncConnection[Any]) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+        async def tx(conn: AsyncConnection[Any]) -> list[LockDelay]:
             cur = await conn.execute(self._q["held_back"], {"name": name})
-            return [HeldBack(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]
+            return [LockDelay(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]
 
         return await self.commands.run(tx)
 

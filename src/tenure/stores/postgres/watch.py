@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..._errors import StoreUnavailable
-from ..._values import Change, LockInfo, Owner
+from ..._values import Change, LockInfo, Holder
 from .._kit import owner_of
 from .._spi import Watch
 from .connection import Commands, Row, one, statement
@@ -143,7 +143,7 @@ class PostgresWatch(Watch):
             holder = None
             if token is not None:
                 holder = LockInfo(
-                    self.name, int(token), Owner(host, pid, label), expires_in, 0, value
+                    self.name, int(token), Holder(host, pid, label), expires_in, 0, value
                 )
             at = len(self.changes) if self.mark is not None else self.mark_at
             self.changes.insert(at, Change(self.name, holder))

@@ -24,7 +24,7 @@ except ImportError:  # the 'redis' extra is not installed: check_driver says so
     SSLConnection = object  # type: ignore[assignment,misc]
 
 from ..._errors import InvalidArgument, StoreUnavailable
-from ..._values import HeldBack, LockInfo
+from ..._values import LockDelay, LockInfo
 from .._connect import scrub, tls_failure
 from .._kit import Unavailable, parse_owner
 from .url import RedisURL
@@ -208,12 +208,12 @@ class Instance:
         expires = max(0.0, int(left) / 1000)
         return LockInfo(name, int(token), parse_owner(owner)[0], expires, int(waiters), value)
 
-    async def held(self, name: str) -> HeldBack | None:
+    async def held(self, name: str) -> LockDelay | None:
         """The hold-back of ``name`` on this server, if it is free and held back."""
         row = await self.call("held", name)
         if not row:
             return None
-        return HeldBack(name, int(row[0] or 0), int(row[1]) / 1000)
+        return LockDelay(name, int(row[0] or 0), int(row[1]) / 1000)
 
     async def pop_wake(self, rid: str, timeout: float) -> str | None:
         """The token a hand-over pushed to this waiter, waiting up to ``timeout`` seconds (None:

@@ -22,9 +22,9 @@ from .._spi import (
     Capabilities,
     Elections,
     Grant,
-    HeldBack,
+    LockDelay,
     LockInfo,
-    Owner,
+    Holder,
     Session,
     Store,
     Watch,
@@ -136,7 +136,7 @@ class RedlockStore(Store, Elections):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         session = RedisSession(secrets.token_hex(12), ttl, owner_json(owner))
         opening = ("open", session.id, ms(ttl), session.owner, delay_ms(lock_delay))
         results = await self._each(_op(*opening, timeout=self._patience(ttl)))
@@ -353,20 +353,20 @@ class RedlockStore(Store, Elections):
         expires = min(max(0.0, int(r[3]) / 1000) for r in top)
         waiters = max(int(r[4]) for r in top)
         self._see(name, holder.token)
-        return LockInfo(name, holder.token, holder.owner, expires, waiters, holder.value)
+        return LockInfo(name, holder.token, holder.holder, expires, waiters, holder.value)
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         names = await self._names(name, "h", "listing held-back names")
         found = [await self._held(each) for each in names]
         return [held for held in found if held is not None]
 
-    async def _held(self, name: str) -> HeldBack | None:
+    async def _held(self, name: str) -> LockDelay | None:
         """``name``'s hold-back, if too many servers hold it back for a quorum to grant it."""
         answers = self._answers(await self._each(lambda i: i.held(name)), "reading a hold-back")
         free_in = sorted(0.0 if r is None else r.free_in for r in answers)[self.quorum - 1]
         if free_in <= 0:
             return None
-        return HeldBack(name, max(r.token for r in answers if r is not None), free_in)
+        return LockDelay(name, max(r.token for r in answers if r is not None), free_in)
 
     # -- leader election -----------------------------------------------------------------
 

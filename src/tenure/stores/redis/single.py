@@ -17,9 +17,9 @@ from .._spi import (
     Capabilities,
     Elections,
     Grant,
-    HeldBack,
+    LockDelay,
     LockInfo,
-    Owner,
+    Holder,
     Record,
     Records,
     Session,
@@ -76,7 +76,7 @@ class RedisStore(Store, Elections, Records):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         session = RedisSession(secrets.token_hex(12), ttl, owner_json(owner))
         await self.instance.call("open", session.id, ms(ttl), session.owner, delay_ms(lock_delay))
         return session
@@ -166,7 +166,7 @@ class RedisStore(Store, Elections, Records):
         found = [await self.instance.info(each) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         names = [name] if name is not None else await self.instance.lock_names("h")
         found = [await self.instance.held(each) for each in names]
         return [held for held in found if held is not None]

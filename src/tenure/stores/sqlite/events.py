@@ -12,14 +12,14 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ..._errors import StoreUnavailable
-from ..._values import Change, LockInfo, Owner
+from ..._values import Change, Holder, LockInfo
 from .._spi import Watch
 from .wake import Fifo, Fifos, drain, drop, woken
 
 EVENTS_KEPT = 100
 """Events kept per name: a watch further behind than this reports the current state instead."""
 
-Holder = Callable[[sqlite3.Connection, str, float], LockInfo | None]
+ReadHolder = Callable[[sqlite3.Connection, str, float], LockInfo | None]
 """Who holds a name now (in a transaction, at ``now``), as the store reads it."""
 
 
@@ -32,7 +32,7 @@ class Touched:
     """Within one write transaction: per name changed, whether it is watched and the write ends
     of its watches' FIFOs, written once the transaction has committed."""
 
-    def __init__(self, fifos: Fifos, holder: Holder) -> None:
+    def __init__(self, fifos: Fifos, holder: ReadHolder) -> None:
         self._fifos = fifos
         self._holder = holder
         self._names: dict[str, tuple[bool, list[int]]] = {}
@@ -57,9 +57,9 @@ class Touched:
                 else (
                     info.token,
                     info.value,
-                    info.owner.host,
-                    info.owner.pid,
-                    info.owner.label,
+                    info.holder.host,
+                    info.holder.pid,
+                    info.holder.label,
                     now + info.expires_in,
                     info.waiters,
                 )
@@ -102,7 +102,7 @@ class Touched:
 
 
 def read_changes(
-    db: sqlite3.Connection, name: str, seen: int, now: float, holder: Holder
+    db: sqlite3.Connection, name: str, seen: int, now: float, holder: ReadHolder
 ) -> tuple[list[Change], int]:
     """The changes of ``name`` after event ``seen``, and the last event now seen."""
     rows = db.execute(
@@ -124,7 +124,7 @@ def read_changes(
     for _seq, _prev, token, value, host, pid, label, expires, waiters in rows:
         info = None
         if token is not None:
-            owner = Owner(host, pid, label)
+            owner = Holder(host, pid, label)
             info = LockInfo(name, token, owner, max(0.0, expires - now), waiters, value)
         changes.append(Change(name, info))
     return changes, rows[-1][0] if rows else seen

@@ -20,9 +20,9 @@ from .._spi import (
     Change,
     Elections,
     Grant,
-    HeldBack,
+    LockDelay,
     LockInfo,
-    Owner,
+    Holder,
     Record,
     Records,
     Session,
@@ -131,7 +131,7 @@ class SQLiteStore(Store, Elections, Records):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         def tx(db: sqlite3.Connection, now: float) -> int:
             self._sweep(db, now)
             cur = db.execute(
@@ -298,15 +298,15 @@ class SQLiteStore(Store, Elections, Records):
         if row is None:
             return None
         token, host, pid, label, expires, waiters, value = row
-        return LockInfo(name, token, Owner(host, pid, label), expires - now, waiters, value)
+        return LockInfo(name, token, Holder(host, pid, label), expires - now, waiters, value)
 
-    def _held(self, db: sqlite3.Connection, now: float, name: str | None) -> list[HeldBack]:
+    def _held(self, db: sqlite3.Connection, now: float, name: str | None) -> list[LockDelay]:
         """The names held back by lock-delay now (only ``name``, if given), by name."""
         query = HELD.format(where="" if name is None else "AND name = :name")
-        latest: dict[str, HeldBack] = {}
+        latest: dict[str, LockDelay] = {}
         for each, token, until in db.execute(query, self._params(now, name=name)):
             if each not in latest or until - now > latest[each].free_in:
-                latest[each] = HeldBack(each, token, until - now)
+                latest[each] = LockDelay(each, token, until - now)
         return sorted(latest.values(), key=lambda held: held.name)
 
     @staticmethod
@@ -411,7 +411,7 @@ class SQLiteStore(Store, Elections, Records):
             found = [self._holder(self._db, each, now) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         with self._errors.on(sqlite3.Error):
             return self._held(self._db, REAL_CLOCK.now(), name)
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from ..._values import HeldBack
+from ..._values import LockDelay
 from .connections import Connections
 from .nodes import MARK, Mark, Paths, encode, queue_of
 from .session import ZooKeeperSession
@@ -131,7 +131,7 @@ async def release_marked(
             await conn.settled(session, lambda: client.delete_async(marker, stat.version))
 
 
-async def held_back(conn: Connections, name: str | None = None) -> list[HeldBack]:
+async def held_back(conn: Connections, name: str | None = None) -> list[LockDelay]:
     """The names whose marker holds them back now (``name`` only, if given)."""
     k = kazoo()
     root = conn.paths.root
@@ -150,7 +150,7 @@ async def held_back(conn: Connections, name: str | None = None) -> list[HeldBack
         (client.get_async(f"{root}/{e}{MARK}"), client.get_children_async(f"{root}/{e}"))
         for e in encoded
     ]
-    found: list[HeldBack] = []
+    found: list[LockDelay] = []
     for enc, (marked, listing) in zip(encoded, pending, strict=True):
         try:
             data, stat = await conn.answer(marked)
@@ -167,5 +167,5 @@ async def held_back(conn: Connections, name: str | None = None) -> list[HeldBack
                 continue  # its grant still holds
         left = await time_left(conn.read, conn.paths, f"{root}/{enc}{MARK}", mark, stat)
         if left > 0:
-            found.append(HeldBack(unquote(enc), mark.token, left))
+            found.append(LockDelay(unquote(enc), mark.token, left))
     return found

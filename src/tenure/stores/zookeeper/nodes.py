@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ..._values import LockInfo, Owner
+from ..._values import LockInfo, Holder
 from .._kit import FOREIGN, owner_fields, owner_json, owner_of, parse_owner
 
 SEQUENCE = re.compile(r"-(\d{10})$")
@@ -63,7 +63,7 @@ def queue_of(children: list[str]) -> list[str]:
     return [child for _, child in sorted(numbered)]
 
 
-def node_data(owner: Owner, ttl: float) -> bytes:
+def node_data(owner: Holder, ttl: float) -> bytes:
     """A lock node's data: who holds its session, and the session's timeout."""
     return owner_json(owner, ttl=ttl).encode()
 
@@ -95,13 +95,13 @@ def read_log(data: bytes) -> list[tuple[int, LockInfo]]:
 
 
 def log_data(
-    log: list[tuple[int, LockInfo]], owner: Owner, ttl: float, token: int, value: str
+    log: list[tuple[int, LockInfo]], owner: Holder, ttl: float, token: int, value: str
 ) -> bytes:
     """A lock's parent data with ``value`` proclaimed in the term ``token`` (by ``owner``, on a
     session of ``ttl``) after the last ``LOG_LENGTH - 1`` values of ``log``."""
     number = log[-1][0] + 1 if log else 1
     kept = [
-        {"n": n, **owner_fields(info.owner), "token": info.token, "value": info.value}
+        {"n": n, **owner_fields(info.holder), "token": info.token, "value": info.value}
         for n, info in log[-(LOG_LENGTH - 1) :]
     ]
     entry = {"n": number, **owner_fields(owner), "ttl": ttl, "token": token, "value": value}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..._values import Owner
+from ..._values import Holder
 from .._kit import InDoubt, patience
 from .._spi import Session
 from .nodes import node_data
@@ -29,7 +29,7 @@ class ZooKeeperSession(Session):
     connection: Any
     session_id: int
     tag: str
-    owner: Owner
+    owner: Holder
     granted: float
     """The session timeout the server granted (seconds): a holder's ``expires_in``."""
     counter: int = 0

@@ -17,7 +17,7 @@ import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
-from ..._values import Capabilities, HeldBack, LockInfo, Owner, Record
+from ..._values import Capabilities, LockDelay, LockInfo, Holder, Record
 from .._connect import NO_OPTIONS, ConnectOptions
 from .._kit import parse_url
 from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch
@@ -117,7 +117,7 @@ class ZooKeeperStore(Store, Elections, Records):
 
     # -- sessions --------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         client, connection = await self._conn.open(ttl)
         granted = connection.negotiated
         if granted < ttl - 1e-3:
@@ -388,7 +388,7 @@ class ZooKeeperStore(Store, Elections, Records):
                 found.append(info)
         return found
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         return await holdback.held_back(self._conn, name)
 
     # -- leader election -------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..._values import Change, LockInfo, Owner
+from ..._values import Change, LockInfo, Holder
 from .._spi import Watch
 from .nodes import lock_info, queue_of, read_log, value_in
 from .transport import kazoo, waker
@@ -137,7 +137,7 @@ class ZooKeeperWatch(Watch):
         with self._lock:
             only = queue == [queue[0]] and not self._queued and self._shown is None
             if only and self._is_primed and int(parent.cversion) == before + 1:
-                who = Owner("?", 0, "released before it could be read")
+                who = Holder("?", 0, "released before it could be read")
                 self._emit(LockInfo(self._name, int(parent.pzxid), who, 0.0))
                 self._queued = set(queue)
 

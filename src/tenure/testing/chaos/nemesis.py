@@ -107,7 +107,7 @@ class Nemesis:
                 infos = self._rwlock_holders()
             else:
                 infos = self._observer.locks(self.run.lock)
-            labels = {info.owner.label for info in infos}
+            labels = {info.holder.label for info in infos}
             holders = [w for w in self.run.workers if f"chaos {w.name}" in labels]
             if len(holders) > 1:
                 return self.rng.choice(holders)
@@ -124,8 +124,8 @@ class Nemesis:
         gate = gate_name(self.run.lock)
         infos = self._observer.locks(prefix=f"{RWLOCK_PREFIX}{self.run.lock}/")
         at_gate = [info for info in infos if info.name == gate]
-        passing = {info.owner.label for info in at_gate}
-        readers = [info for info in infos if info.name != gate and info.owner.label not in passing]
+        passing = {info.holder.label for info in at_gate}
+        readers = [info for info in infos if info.name != gate and info.holder.label not in passing]
         return readers or at_gate
 
     def waiter(self) -> WorkerProcess:
