@@ -18,6 +18,7 @@ import anyio
 
 from ._clock import REAL_CLOCK, Clock
 from ._election import AsyncElection, Election
+from ._errors import InvalidArgument
 from ._lock import AsyncLock, Lock
 from ._loop_thread import LoopThread
 from ._modes import Async, io, maker
@@ -30,7 +31,6 @@ from ._rwlock import AsyncRWLock, RWLock
 from ._semaphore import AsyncSemaphore, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, Holder, LockDelay, LockInfo
-from ._errors import InvalidArgument
 from .stores._spi import Store
 
 
@@ -120,17 +120,6 @@ class ClientBase:
 class AsyncClient(ClientBase, Async):
     """The async client. Use as ``async with tenure.connect_async(url) as client``."""
 
-    @classmethod
-    def of(cls, store: Store, options: ClientOptions) -> AsyncClient:
-        return cls(
-            store,
-            drift=options.drift,
-            margin=options.margin,
-            label=options.label,
-            clock=options.clock,
-            lock_delay=options.lock_delay,
-        )
-
     async def __aenter__(self) -> AsyncClient:
         await self._pool.__aenter__()
         return self
@@ -166,5 +155,5 @@ async def connect_async(
     ``tenure._options.ConnectKeywords``.
     """
     checked = ClientOptions.of(**options)  # before the store is opened (or created)
-    async with AsyncClient.of(checked.open_store(url), checked) as client:
+    async with AsyncClient(checked.open_store(url), **checked.client_keywords()) as client:
         yield client

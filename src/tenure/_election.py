@@ -25,7 +25,7 @@ from ._lock import SAFETY_NAP, acquire
 from ._modes import io, io_iter
 from ._names import check_plain
 from ._state import DEFAULT_TTL
-from ._values import LockInfo, Holder
+from ._values import Holder, LockInfo
 from .stores._spi import Store, elections_of
 
 if TYPE_CHECKING:
@@ -181,7 +181,6 @@ class ElectionHandle(Handle[LS]):
         leases of ``ttl`` seconds; ``leader()`` and ``observe()`` follow whoever leads.
         ``lock_delay``: as for a lock."""
         check_arguments(name, ttl, timeout, pool.drift, pool.margin)
-        check_plain(name)
         pool.timing(ttl, lock_delay)
         owner = pool.owner
         self.value = check_value(f"{owner.host} pid {owner.pid}" if value is None else value)
@@ -190,6 +189,7 @@ class ElectionHandle(Handle[LS]):
         self.lock_delay = lock_delay
 
     async def _take(self, wait: bool, timeout: float | None) -> LS:
+        check_plain(self.name)  # (a recipe's own election may be followed, not led)
         elections_of(self._pool.store)
         if self._pool.holds(self.name):
             raise InvalidArgument(f"this client leads {self.name!r} already (no reentry)")

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import anyio
 
+from ._arguments import check_timeout
 from ._decorators import P, R, Skipped, check_kind, giving
 from ._errors import InvalidArgument, NotAcquired
 from ._lease import LeaseBase, end_of_hold
-from ._arguments import check_timeout
 from ._modes import Async, Blocking, io
 
 if TYPE_CHECKING:

@@ -18,8 +18,7 @@ from ._errors import InvalidArgument, LeaseLost, NotAcquired
 from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._names import check_plain
-from ._state import DEFAULT_TTL
-from ._state import Loss
+from ._state import DEFAULT_TTL, Loss
 from .stores._spi import Busy, LockInfo
 
 if TYPE_CHECKING:

@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 if TYPE_CHECKING:
     from ._loop_thread import LoopThread
@@ -145,7 +155,9 @@ class maker(Generic[P, S, A]):
     the client's session pool, which it is given)."""
 
     def __init__(
-        self, blocking: Callable[Concatenate[Any, P], S], asynchronous: Callable[Concatenate[Any, P], A]
+        self,
+        blocking: Callable[Concatenate[Any, P], S],
+        asynchronous: Callable[Concatenate[Any, P], A],
     ) -> None:
         self.blocking = blocking
         self.asynchronous = asynchronous

@@ -203,7 +203,9 @@ class ClaimBase(Generic[L]):
             if written is None:
                 now = await self._records.read_record(self._key)
                 highest = SlotRecord.from_record(now).token if now else self.record.token
-                raise StaleToken(f"{self.record.job}/{self.record.slot}", self.record.token, highest)
+                raise StaleToken(
+                    f"{self.record.job}/{self.record.slot}", self.record.token, highest
+                )
             self.record = end
             return end
         finally:

@@ -47,6 +47,16 @@ class ConnectKeywords(TypedDict, total=False):
     """TLS and credentials: override the URL's (docs/production.md)."""
 
 
+class ClientKeywords(TypedDict):
+    """The keywords a client (`AsyncClient`, `Client`) is made with besides its store."""
+
+    drift: float
+    margin: float
+    label: str
+    clock: Clock
+    lock_delay: float | None
+
+
 @dataclass(frozen=True)
 class ClientOptions:
     """Checked when made, so a bad option is refused before a store is opened (or created)."""
@@ -68,6 +78,16 @@ class ClientOptions:
         given: dict[str, Any] = dict(keywords)
         connect = ConnectOptions(**{name: given.pop(name) for name in _TLS if name in given})
         return cls(**given, connect=connect)
+
+    def client_keywords(self) -> ClientKeywords:
+        """What a client is made with besides its store."""
+        return ClientKeywords(
+            drift=self.drift,
+            margin=self.margin,
+            label=self.label,
+            clock=self.clock,
+            lock_delay=self.lock_delay,
+        )
 
     def open_store(self, url: str | None) -> Store:
         """The store ``url`` names (default: $TENURE_STORE, else the embedded SQLite file)."""

@@ -26,7 +26,6 @@ import math
 import uuid
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import anyio
@@ -196,9 +195,7 @@ class MemberBase(Generic[LB]):
         self._members: dict[str, float] = {}
         self._watched: dict[str, anyio.CancelScope] = {}
         self._poke = anyio.Event()
-        self._send, self._receive = anyio.create_memory_object_stream[PartitionChange[LB]](
-            math.inf
-        )
+        self._send, self._receive = anyio.create_memory_object_stream[PartitionChange[LB]](math.inf)
         self._consumed = False
         self._membership: AsyncLeadership | None = None
         self._tg: TaskGroup | None = None
@@ -350,8 +347,14 @@ class MemberBase(Generic[LB]):
         value = json.dumps({"weight": self.weight})
         name = member_lock(self.group, self.id)
         self._membership = await campaign(
-            self._pool, name, value, self.ttl, wait=True, timeout=None,
-            lock_delay=self._lock_delay, make=AsyncLeadership,
+            self._pool,
+            name,
+            value,
+            self.ttl,
+            wait=True,
+            timeout=None,
+            lock_delay=self._lock_delay,
+            make=AsyncLeadership,
         )  # fmt: skip  (the same session as the items: they end together)
         await self._ring()
 

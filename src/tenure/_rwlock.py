@@ -325,6 +325,7 @@ class RWLockBase(Generic[S]):
         readers = check_readers(name, readers)
         pool.timing(ttl, lock_delay)
         self.name = name
+
         def side(mode: Mode) -> S:
             return self._side(
                 pool, name, mode, float(ttl), readers=readers, wait=wait, timeout=timeout,

@@ -13,10 +13,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from ._client import AsyncClient, ClientBase
+from ._clock import REAL_CLOCK, Clock
 from ._loop_thread import LoopThread
 from ._modes import Blocking
 from ._options import ClientOptions, ConnectKeywords, Unpack
 from ._pool import SessionPool
+from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN
 from .stores._spi import Store
 
 
@@ -35,16 +37,25 @@ class Client(ClientBase, Blocking):
     """The sync client: ``client = tenure.connect()``; close it with ``client.close()`` (or use
     it as ``with tenure.connect() as client``)."""
 
-    def __init__(self, store: Store, options: ClientOptions = ClientOptions()) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        drift: float = DEFAULT_DRIFT,
+        margin: float = DEFAULT_MARGIN,
+        label: str = "",
+        clock: Clock = REAL_CLOCK,
+        lock_delay: float | None = None,
+    ) -> None:
         thread = LoopThread("tenure-loop")
         try:
             super().__init__(
                 store,
-                drift=options.drift,
-                margin=options.margin,
-                label=options.label,
-                clock=options.clock,
-                lock_delay=options.lock_delay,
+                drift=drift,
+                margin=margin,
+                label=label,
+                clock=clock,
+                lock_delay=lock_delay,
                 portal=thread,
             )
             thread.enter(_open(self._pool, store))
@@ -71,7 +82,7 @@ def connect(url: str | None = None, **options: Unpack[ConnectKeywords]) -> Clien
     blocking client. The options are ``connect_async``'s (``require``, TLS and credentials,
     ``lock_delay``, ``drift``, ``margin``, ``label``, ``clock``)."""
     checked = ClientOptions.of(**options)  # before the store is opened (or created)
-    return Client(checked.open_store(url), checked)
+    return Client(checked.open_store(url), **checked.client_keywords())
 
 
 __all__ = ["AsyncClient", "Client", "connect"]

@@ -24,9 +24,9 @@ from typing import Any
 
 from ._errors import InvalidArgument
 from ._lock import check_arguments
-from ._once import Policy, check_policy, one_line
-from ._options import DEFAULT_TTL
-from ._sync import Client, Run
+from ._once import Claim, Policy, check_policy, one_line
+from ._state import DEFAULT_TTL
+from ._sync import Client
 
 try:
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
@@ -84,7 +84,7 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
         self.prefix = prefix
         self._mutex = threading.Lock()
         # job id -> one dict (slot -> run, not ended yet) per submission in flight, oldest first.
-        self._batches: dict[str, list[dict[str, Run]]] = {}
+        self._batches: dict[str, list[dict[str, Claim]]] = {}
         self._listening: object = None
         self._warned: set[str] = set()
         self._hook_run_job_error()
@@ -115,12 +115,12 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
             raise MaxInstancesReachedError(job)
         self._warn_if_unmatched(job, run_times)
         name = self.prefix + job.id
-        batch: dict[str, Run] = {}
+        batch: dict[str, Claim] = {}
         claimed: list[datetime] = []
         try:
             for run_time in run_times:
                 slot = slot_of(run_time)
-                run = self.client.claim(name, slot, self.ttl, policy=self.policy)
+                run = self.client.once(name, slot, self.ttl, policy=self.policy).acquire()
                 if run:
                     batch[slot] = run
                     claimed.append(run_time)
@@ -144,10 +144,10 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
 
     # -- for the jobs ---------------------------------------------------------------------
 
-    def runs(self, job_id: str) -> list[Run]:
+    def runs(self, job_id: str) -> list[Claim]:
         """The runs claimed here for APScheduler job ``job_id`` whose end is not recorded yet,
         oldest fire time first. Inside the job (with the default ``coalesce=True`` and
-        ``max_instances=1``, exactly one): ``run.token`` to fence writes, ``run.slot.slot`` for
+        ``max_instances=1``, exactly one): ``run.token`` to fence writes, ``run.record.slot`` for
         the fire time, ``run.lease.check()`` before a write that cannot be taken back."""
         with self._mutex:
             return [run for batch in self._batches.get(job_id, ()) for run in batch.values()]
@@ -168,13 +168,13 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
             late = (datetime.now(timezone.utc) - event.scheduled_run_time).total_seconds()
             self._end(run, f"missed: not started {late:.1f}s after its fire time")
 
-    def _end(self, run: Run, error: str | None) -> None:
+    def _end(self, run: Claim, error: str | None) -> None:
         try:
             run.complete(error=error)
         except Exception as exc:  # LeaseLost (nothing recorded), StaleToken, the store down
             log.warning("tenure: %r: its end was not recorded: %s", run, one_line(exc))
 
-    def _take(self, job_id: str, slot: str) -> Run | None:
+    def _take(self, job_id: str, slot: str) -> Claim | None:
         with self._mutex:
             batches = self._batches.get(job_id, [])
             for batch in batches:
@@ -185,11 +185,11 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
                     return run
         return None
 
-    def _forget(self, job_id: str, batch: dict[str, Run]) -> None:
+    def _forget(self, job_id: str, batch: dict[str, Claim]) -> None:
         with self._mutex:
             self._forget_locked(job_id, batch)
 
-    def _forget_locked(self, job_id: str, batch: dict[str, Run]) -> None:
+    def _forget_locked(self, job_id: str, batch: dict[str, Claim]) -> None:
         batches = self._batches.get(job_id, [])
         for i, other in enumerate(batches):
             if other is batch:
@@ -238,9 +238,9 @@ class OncePerFireTime(BaseExecutor):  # type: ignore[misc]  # APScheduler has no
         )
 
 
-def _log_skipped(name: str, slot: str, run: Run) -> None:
+def _log_skipped(name: str, slot: str, run: Claim) -> None:
     """Say at info level why a fire time is not run here, and by whom it was."""
-    record = run.slot
+    record = run.record
     if record is None:
         log.info("tenure: %s %s: not run here, it is being claimed elsewhere", name, slot)
         return

@@ -213,13 +213,10 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
             # No lock-delay on the term: what a paused former leader could still be sending is
             # a slot it claimed, and the slot's own lock holds that back. So a fail-over takes
             # one TTL, not two.
-            leadership = self.client.campaign(
-                self.settings.election,
-                value,
-                self.settings.ttl,
-                timeout=FOLLOWER_WAIT,
-                lock_delay=0,
+            election = self.client.election(
+                self.settings.election, self.settings.ttl, value=value, lock_delay=0
             )
+            leadership = election.acquire(timeout=FOLLOWER_WAIT)
         except NotAcquired:
             return None
         logger.info("beat: leading %s, term %d", self.settings.election, leadership.term)
@@ -280,7 +277,7 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
     def send(self, entry: Any, fire: datetime, leadership: tenure.Leadership) -> bool:
         """Claim the fire time's slot and send its task: true if it is sent (here or before)."""
         slot = slot_key(fire)
-        run = self.client.claim(self.settings.job(entry.name), slot, CLAIM_TTL)
+        run = self.client.once(self.settings.job(entry.name), slot, CLAIM_TTL).acquire()
         if not run:
             # "running": a former leader claimed it and its slot lease has not ended; it may
             # still record it. Look again soon: at-least-once claims it once the lease ends.
@@ -327,5 +324,5 @@ class LeaderScheduler(celery.beat.Scheduler):  # type: ignore[misc]
         leadership, self._leadership = self._leadership, None
         if leadership is not None and not leadership.lost:
             with suppress(TenureError):
-                leadership.resign()
+                leadership.release()
         super().close()

@@ -86,7 +86,7 @@ class ExclusiveTask(celery.Task):  # type: ignore[misc]
                 _current.reset(reset)
 
         client = client_for(self.app)
-        result = client.exclusive(name, self.lock_ttl)(body)()
+        result = client.lock(name, self.lock_ttl, wait=False)(body)()
         if isinstance(result, tenure.Skipped):
             return self.busy(result)
         return result

@@ -55,7 +55,7 @@ def worker(argv: list[str] | None = None) -> None:
         db = sqlite3.connect(resource, isolation_level=None, timeout=10)
         if role == "B":
             sys.stdin.readline()  # the parent says when
-        lease = client.acquire(LOCK, ttl=TTL, timeout=STEP_TIMEOUT)
+        lease = client.lock(LOCK, ttl=TTL).acquire(timeout=STEP_TIMEOUT)
         _emit(event="acquired", token=lease.token)
         _write(db, fenced == "1", lease.token, f"{role}-1")
         if role == "A":

@@ -75,7 +75,7 @@ def elect(
         while True:
             try:
                 with signals_interrupt():
-                    leadership = client.campaign(name, value, ttl)
+                    leadership = client.election(name, ttl, value=value).acquire()
             except Interrupted as exc:
                 if not quiet:
                     what = signal.Signals(exc.signum).name
@@ -92,7 +92,7 @@ def elect(
                     if stopped or not restart or signals:
                         break  # a signal for tenure ends it, --restart or not
             finally:
-                leadership.resign()
+                leadership.release()
             if not stopped and not leadership.lost:
                 return code
             if not quiet:

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import click
 
-from .._once import Slot
+from .._once import SlotRecord
 from . import columns, open_client, store_option
 from .ls import shown
 
@@ -19,7 +19,7 @@ def _time(t: float | None) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _row(slot: Slot) -> list[str]:
+def _row(slot: SlotRecord) -> list[str]:
     duration = "-" if slot.duration is None else f"{slot.duration:.1f}s"
     code = "-" if slot.exit_code is None else str(slot.exit_code)
     who = shown(slot.server) + (f" ({shown(slot.label)})" if slot.label else "")

@@ -54,11 +54,11 @@ def leader(name: str, watch: bool, as_json: bool, store: str | None) -> int:
     show = _json if as_json else _text
     with tenure.connect(store) as client:
         if not watch:
-            now = client.leader(name)
+            now = client.election(name).leader()
             click.echo(show(name, now))
             return EXIT_OK if now is not None else EXIT_NOT_HELD
         try:
-            for now in client.observe(name):
+            for now in client.election(name).observe():
                 click.echo(show(name, now))
         except KeyboardInterrupt:
             return EXIT_SIGNAL_BASE + 2

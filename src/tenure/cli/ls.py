@@ -168,7 +168,7 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     client = tenure.connect(store)
     try:
         infos = client.locks(name)
-        held = client.held_back(name)
+        held = client.lock_delays(name)
     finally:
         client.close()
     if as_json:

@@ -67,7 +67,7 @@ def run_slot(
     passed on to it.
     """
     with signals_interrupt():
-        run = client.claim(job, slot, ttl, policy=policy, wait=wait, timeout=timeout)
+        run = client.once(job, slot, ttl, policy=policy, wait=wait, timeout=timeout).acquire()
     if not run:
         if not quiet:
             click.echo(f"tenure: {job} {slot}: {_not_here(run)}", err=True)
@@ -106,8 +106,8 @@ def run_slot(
     return code, False
 
 
-def _not_here(run: tenure.Run) -> str:
-    slot = run.slot
+def _not_here(run: tenure.Claim) -> str:
+    slot = run.record
     if slot is None:
         return "running elsewhere"
     who = f"{slot.server}" + (f" ({slot.label})" if slot.label else "")

@@ -24,7 +24,7 @@ from .._partitions import (
     member_lock,
     read_members,
 )
-from .._values import LockInfo, Holder
+from .._values import Holder, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
 
@@ -104,7 +104,7 @@ async def _observe(
     with scope:
         while True:
             with contextlib.suppress(tenure.TenureError):
-                async for _leader in client.observe(name):
+                async for _leader in client.election(name).observe():
                     rung[0].set()
             await anyio.sleep(REREAD)
 

@@ -238,10 +238,10 @@ def _locked_run(
                 lease = _rw_lease(client, name, mode, ttl, wait, timeout, quiet)
                 extra_env.update(TENURE_MODE=mode)
             elif permits is None:
-                lease = client.acquire(name, ttl, wait=wait, timeout=timeout, on_wait=on_wait)
+                lease = client.lock(name, ttl, on_wait=on_wait).acquire(wait=wait, timeout=timeout)
             else:
                 permit = _permit(client, name, permits, ttl, wait, timeout, quiet)
-                extra_env.update(TENURE_SEMAPHORE=name, TENURE_PERMIT=str(permit.slot))
+                extra_env.update(TENURE_SEMAPHORE=name, TENURE_PERMIT=str(permit.index))
                 lease = permit
         except tenure.NotAcquired as exc:
             how = "--no-wait" if not wait else f"gave up after --timeout {timeout or 0:g}s"
@@ -284,14 +284,15 @@ def _permit(
     quiet: bool,
 ) -> tenure.Permit:
     """One permit of semaphore ``name``; one stderr line if it has to wait for it."""
+    semaphore = client.semaphore(name, permits, ttl)
     try:
-        return client.acquire_permit(name, permits, ttl, wait=False)
+        return semaphore.acquire(wait=False)
     except tenure.NotAcquired:
         if not wait:
             raise
     if not quiet:
         click.echo(f"tenure: waiting for one of the {permits} permits of {name!r}", err=True)
-    return client.acquire_permit(name, permits, ttl, timeout=timeout)
+    return semaphore.acquire(timeout=timeout)
 
 
 def _rw_lease(
@@ -304,15 +305,16 @@ def _rw_lease(
     quiet: bool,
 ) -> tenure.RWLease:
     """The read or write lock of ``name``; one stderr line if it has to wait for it."""
-    take = client.acquire_read if mode == "read" else client.acquire_write
+    rwlock = client.rwlock(name, ttl)
+    side = rwlock.read if mode == "read" else rwlock.write
     try:
-        return take(name, ttl, wait=False)
+        return side.acquire(wait=False)
     except tenure.NotAcquired:
         if not wait:
             raise
     if not quiet:
         click.echo(f"tenure: waiting for the {mode} lock of {name!r}", err=True)
-    return take(name, ttl, timeout=timeout)
+    return side.acquire(timeout=timeout)
 
 
 EXIT_FOR = {Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE}

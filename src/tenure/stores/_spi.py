@@ -19,12 +19,26 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .._errors import InvalidArgument
-from .._values import Capabilities, Change, LockDelay, LockInfo, Holder, Record
+from .._values import Capabilities, Change, Holder, LockDelay, LockInfo, Record
 from ._connect import NO_OPTIONS, ConnectOptions
 
 __all__ = [
-    "Busy", "Capabilities", "Change", "Elections", "Grant", "LockDelay", "LockInfo", "Holder",
-    "Record", "Records", "Session", "Store", "Watch", "elections_of", "offers", "records_of",
+    "Busy",
+    "Capabilities",
+    "Change",
+    "Elections",
+    "Grant",
+    "Holder",
+    "LockDelay",
+    "LockInfo",
+    "Record",
+    "Records",
+    "Session",
+    "Store",
+    "Watch",
+    "elections_of",
+    "offers",
+    "records_of",
 ]  # fmt: skip
 
 

@@ -75,7 +75,7 @@ class CeleryNodes:
         found: list[tenure.Leader] = []
 
         def led() -> bool:
-            leader = client.leader(election)
+            leader = client.election(election).leader()
             found[:] = [leader] if leader is not None and leader.term != not_term else []
             return bool(found)
 

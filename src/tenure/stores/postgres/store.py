@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ..._values import Capabilities, LockDelay, LockInfo, Holder, Record
+from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record
 from .._connect import NO_OPTIONS, ConnectOptions
 from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch
 from . import guard

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..._errors import StoreUnavailable
-from ..._values import Change, LockInfo, Holder
+from ..._values import Change, Holder, LockInfo
 from .._kit import owner_of
 from .._spi import Watch
 from .connection import Commands, Row, one, statement

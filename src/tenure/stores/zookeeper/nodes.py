@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ..._values import LockInfo, Holder
+from ..._values import Holder, LockInfo
 from .._kit import FOREIGN, owner_fields, owner_json, owner_of, parse_owner
 
 SEQUENCE = re.compile(r"-(\d{10})$")

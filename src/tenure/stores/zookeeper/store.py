@@ -17,7 +17,7 @@ import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
-from ..._values import Capabilities, LockDelay, LockInfo, Holder, Record
+from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record
 from .._connect import NO_OPTIONS, ConnectOptions
 from .._kit import parse_url
 from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..._values import Change, LockInfo, Holder
+from ..._values import Change, Holder, LockInfo
 from .._spi import Watch
 from .nodes import lock_info, queue_of, read_log, value_in
 from .transport import kazoo, waker

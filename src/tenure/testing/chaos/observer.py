@@ -24,7 +24,7 @@ class Observer:
         self._thread = LoopThread("chaos-observer")
         try:
             client = self._thread.enter(tenure.connect_async(store_url, label="chaos observer"))
-            changes = client.observe(name)
+            changes = client.election(name).observe()
             self._thread.call(changes.__anext__)  # subscribed, and the current state read
         except BaseException:
             self._thread.close()

@@ -128,9 +128,7 @@ class Worker:
         label = f"chaos {args.process}"
         store, clock = self.store, self.clock
         lock_delay = args.lock_delay
-        self.client = tenure.Client(
-            lambda: tenure.AsyncClient(store, label=label, clock=clock, lock_delay=lock_delay)
-        )
+        self.client = tenure.Client(store, label=label, clock=clock, lock_delay=lock_delay)
         self.steps = 0
         self.until = 0.0
 
@@ -251,21 +249,18 @@ class Worker:
         try:
             lease: tenure.Lease
             if self.args.workload == "election":  # a campaign: the term is the token
-                lease = self.client.campaign(
-                    name, self.args.process, self.args.ttl, timeout=timeout
-                )
+                election = self.client.election(name, self.args.ttl, value=self.args.process)
+                lease = election.acquire(timeout=timeout)
             elif semaphore:
-                lease = self.client.acquire_permit(
-                    name, self.args.permits, self.args.ttl, timeout=timeout
+                lease = self.client.semaphore(name, self.args.permits, self.args.ttl).acquire(
+                    timeout=timeout
                 )
-            elif asked.get("mode") == "read":
-                lease = self.client.acquire_read(
-                    name, self.args.ttl, readers=self.args.readers, timeout=timeout
-                )
-            elif asked.get("mode") == "write":
-                lease = self.client.acquire_write(name, self.args.ttl, timeout=timeout)
+            elif "mode" in asked:
+                rwlock = self.client.rwlock(name, self.args.ttl, readers=self.args.readers)
+                side = rwlock.read if asked["mode"] == "read" else rwlock.write
+                lease = side.acquire(timeout=timeout)
             else:
-                lease = self.client.acquire(name, self.args.ttl, timeout=timeout)
+                lease = self.client.lock(name, self.args.ttl).acquire(timeout=timeout)
         except tenure.NotAcquired:
             self.rec.record("acquire", "fail", error="timeout")
             return None
@@ -277,7 +272,7 @@ class Worker:
         if isinstance(lease, tenure.RWLease):
             # The lease's own lock (a reader's slot, a writer's gate) for the belief windows;
             # the invoke's name, the read-write lock's, is the one token order is judged by.
-            lock = slot_name(name, lease.slot) if lease.mode == "read" else gate_name(name)
+            lock = slot_name(name, lease.index) if lease.mode == "read" else gate_name(name)
             granted = {"name": lock, "mode": lease.mode, "deadline": granted["deadline"]}
         self.rec.record("acquire", "ok", token=lease.token, value=granted)
         lease.on_lost(lambda lost: self._lost(lost))
@@ -340,7 +335,7 @@ class Worker:
         """The counter step on the permit's slot's counter, by the slot's token. Each read and
         write records the deadline then, for the ``permit-overlap`` checker."""
         assert isinstance(lease, tenure.Permit)
-        token, item = lease.token, slot_item(lease.slot)
+        token, item = lease.token, slot_item(lease.index)
         asked = {"item": item, "deadline": self.deadline(lease)}
         value = self.op("read", token, asked, lambda: self.resource.read_item(token, item))
         self.think()
