@@ -1,10 +1,11 @@
 """Leases: what a holder has, and how loss reaches it (docs/design.md rule 5).
 
-`LeaseBase` is the lease, written once; `AsyncLease` and the blocking `Lease` are its two kinds
-(``tenure._modes``), which differ only in how ``release()`` is called. Loss is decided by the
-session's ``LeaseState``; this module turns it into the effects: ``lost`` reads true, callbacks run once, cancel scopes of ``async with`` bodies
-are cancelled, ``check()`` raises. Before loss, ``at_risk`` says renewals are overdue and
-``on_at_risk`` callbacks run: stop taking new work then, and be done by ``stop_by``.
+`LeaseBase` is the lease, written once; `AsyncLease` and the blocking `Lease` are its two
+kinds (``tenure._modes``), which differ only in how ``release()`` is called. Loss is decided
+by the session's ``LeaseState``; this module turns it into the effects: ``lost`` reads true,
+callbacks run once, cancel scopes of ``async with`` bodies are cancelled, ``check()`` raises.
+Before loss, ``at_risk`` says renewals are overdue and ``on_at_risk`` callbacks run: stop
+taking new work then, and be done by ``stop_by``.
 """
 
 from __future__ import annotations

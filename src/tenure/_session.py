@@ -1,10 +1,10 @@
 """The session keeper: one per (client, TTL), renewing every lock the session holds at once.
 
 The only renewal loop in tenure; every store and both APIs use it (docs/design.md rules
-3–5). It renews every ttl/3, retries with back-off inside the window, never waits for an answer
-past the deadline, and turns "the store says gone" or "the deadline passed" into loss of every lease the
-session holds. It tells each holder through the callbacks the holder attached (`Listener`): the
-keeper knows nothing of what a lease is.
+3–5). It renews every ttl/3, retries with back-off inside the window, never waits for an
+answer past the deadline, and turns "the store says gone" or "the deadline passed" into loss
+of every lease the session holds. It tells each holder through the callbacks the holder
+attached (`Listener`): the keeper knows nothing of what a lease is.
 """
 
 from __future__ import annotations

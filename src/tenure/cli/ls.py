@@ -159,7 +159,7 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
 
     \b
     --json prints a list of objects (empty if nothing is held or held back):
-      {"name", "token", "state": "held", "owner": {"host", "pid", "label"},
+      {"name", "token", "state": "held", "holder": {"host", "pid", "label"},
        "expires_in", "waiters"}
       {"name", "token", "state": "held-back", "free_in"}
     """
