@@ -30,7 +30,7 @@ STORES = "<!-- store packages -->"  # in reference.md: one section per package i
 
 
 def _repo_path(src_uri: str) -> str:
-    """The repository path of a site file (docs/x.md or the file a repo/ page mirrors)."""
+    """The repository path of a site file: its page in docs/, or the file a repo/ page mirrors."""
     return src_uri[len(PREFIX) :] if src_uri.startswith(PREFIX) else f"docs/{src_uri}"
 
 
