@@ -415,7 +415,7 @@ class EtcdFloor:
     """The two txns a grant and a release need on the JSON gateway, and nothing else."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
-        from tenure.stores.etcd import b64, prefix_end
+        from tenure.stores.etcd.keys import b64, prefix_end
 
         self.timeouts = 0
         self._cfg = cfg

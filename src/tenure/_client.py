@@ -93,6 +93,7 @@ class ClientBase:
     # -- what the store holds now ----------------------------------------------------------
 
     async def _locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
+        """Who holds what, as the store sees it now (only names starting with ``prefix``)."""
         if name is not None:
             check_name(name)
         if not isinstance(prefix, str):
@@ -100,21 +101,20 @@ class ClientBase:
         return await self.store.locks(name, prefix)
 
     locks = io(_locks)
-    """Who holds what, as the store sees it now (only names starting with ``prefix``)."""
 
     async def _lock_delays(self, name: str | None = None) -> list[LockDelay]:
+        """Names free but kept from everyone by lock-delay now, and until when."""
         if name is not None:
             check_name(name)
         return await self.store.held_back(name)
 
     lock_delays = io(_lock_delays)
-    """Names free but kept from everyone by lock-delay now, and until when."""
 
     async def _history(self, job: str) -> list[SlotRecord]:
+        """Every recorded slot of ``job``, in slot-key order."""
         return await history(self.store, job)
 
     history = io(_history)
-    """Every recorded slot of ``job``, in slot-key order."""
 
 
 class AsyncClient(ClientBase, Async):

@@ -14,7 +14,8 @@ from typing import Protocol
 class Clock(Protocol):
     """A source of monotonic seconds. Tests inject their own."""
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """Seconds on a monotonic clock (only differences mean anything)."""
 
 
 _CLOCK_ID = getattr(time, "CLOCK_BOOTTIME", None)
@@ -24,6 +25,7 @@ class MonotonicClock:
     """The real clock: CLOCK_BOOTTIME where the platform has it, else time.monotonic()."""
 
     def now(self) -> float:
+        """Seconds on a monotonic clock (only differences mean anything)."""
         if _CLOCK_ID is not None:
             return time.clock_gettime(_CLOCK_ID)
         return time.monotonic()

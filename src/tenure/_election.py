@@ -56,6 +56,7 @@ class Leader:
 
     @classmethod
     def of(cls, info: LockInfo | None) -> Leader | None:
+        """The leader a lock shows (None if nobody holds it)."""
         if info is None:
             return None
         return cls(info.name, info.token, info.value, info.holder)
@@ -77,6 +78,7 @@ class LeadershipBase(LeaseBase):
         return self.token
 
     async def _proclaim(self, value: str) -> None:
+        """Change the leader's value without giving up the term (``LeaseLost`` if it is over)."""
         value = check_value(value)
         self.check()
         if not await self._set_value(value):
@@ -85,7 +87,6 @@ class LeadershipBase(LeaseBase):
         self.value = value
 
     proclaim = io(_proclaim)
-    """Change the leader's value without giving up the term (``LeaseLost`` if it is over)."""
 
 
 class AsyncLeadership(LeadershipBase, AsyncLease):
@@ -199,16 +200,16 @@ class ElectionHandle(Handle[LS]):
         )  # fmt: skip
 
     async def _leader(self) -> Leader | None:
+        """The current leader (None if nobody leads)."""
         return await leader(self._pool.store, self.name)
 
     leader = io(_leader)
-    """The current leader (None if nobody leads)."""
 
     def _observe(self) -> AsyncIterator[Leader | None]:
+        """The current leader, then every change (``for leader in election.observe()``)."""
         return observe(self._pool.store, self.name)
 
     observe = io_iter(_observe)
-    """The current leader, then every change (``for leader in election.observe()``)."""
 
 
 class AsyncElection(ElectionHandle[AsyncLeadership], AsyncHandle[AsyncLeadership]):

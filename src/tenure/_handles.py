@@ -96,6 +96,8 @@ class Handle(Generic[G]):
     # -- the verbs --------------------------------------------------------------------------
 
     async def _acquire(self, *, wait: bool | None = None, timeout: float | None = None) -> G:
+        """Take a grant and return it: wait for it (``wait``, ``timeout``: the handle's unless
+        given) or, with ``wait=False``, take it only if it is free now. ``NotAcquired`` if not."""
         if self._grant is not None and not self._over(self._grant):
             raise InvalidArgument(
                 f"this handle of {self.name!r} holds a grant already: release it, or make"
@@ -108,16 +110,14 @@ class Handle(Generic[G]):
         return grant
 
     acquire = io(_acquire)
-    """Take a grant and return it: wait for it (``wait``, ``timeout``: the handle's unless
-    given) or, with ``wait=False``, take it only if it is free now. ``NotAcquired`` if not."""
 
     async def _release(self) -> None:
+        """Give back the grant this handle holds (a no-op if it holds none, or it is over)."""
         grant, self._grant = self._grant, None
         if grant is not None:
             await self._hand_back(grant)
 
     release = io(_release)
-    """Give back the grant this handle holds (a no-op if it holds none, or it is over)."""
 
     def _fresh(self: HandleT) -> HandleT:
         """A copy holding nothing: each decorated call takes its own grant."""

@@ -97,6 +97,7 @@ class LeaseBase:
 
     @property
     def lost_reason(self) -> str | None:
+        """Why the lease was lost, in words (None while held)."""
         return self._lost_reason or (self._keeper.state.lost_reason if self.lost else None)
 
     def remaining(self) -> float:
@@ -159,6 +160,7 @@ class LeaseBase:
         self.released = True
 
     async def _release(self) -> None:
+        """Release the lock if this lease still holds it. A no-op once lost or released."""
         if self.released:
             return
         self.released = True
@@ -168,7 +170,6 @@ class LeaseBase:
         await self._keeper.release(self, *self._held, lost)
 
     release = io(_release)
-    """Release the lock if this lease still holds it. A no-op once lost or released."""
 
     async def _give_back(self) -> None:
         await self._release()

@@ -78,19 +78,23 @@ class SlotRecord:
 
     @property
     def server(self) -> str:
+        """``host pid N`` of the runner that wrote the record last."""
         return f"{self.host} pid {self.pid}"
 
     @property
     def duration(self) -> float | None:
+        """Seconds the last attempt ran (None while it runs)."""
         return None if self.ended is None else max(0.0, self.ended - self.started)
 
     def to_json(self) -> str:
+        """The record's text, as the store keeps it."""
         fields = asdict(self)
         del fields["job"], fields["slot"]
         return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_record(cls, record: Record) -> SlotRecord:
+        """The slot record a store record holds (``InvalidArgument`` if not written by tenure)."""
         job, slot = split_key(record.key)
         try:
             return cls(job=job, slot=slot, **json.loads(record.value))
@@ -180,13 +184,20 @@ class ClaimBase(Generic[L]):
 
     @property
     def token(self) -> int:
+        """The fencing token of this attempt (0 if none)."""
         return self.record.token if self.record else 0
 
     @property
     def attempt(self) -> int:
+        """Which attempt at the slot this is, from 1 (0 if none)."""
         return self.record.attempts if self.record else 0
 
     async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
+        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
+        ``error``, else ``failed``) and release the slot's lock.
+
+        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
+        record was claimed again since (the write is refused: the version moved on)."""
         if self.state != "claimed" or self.record is None or self.lease is None:
             raise InvalidArgument(f"this slot was not claimed here ({self.state})")
         lease, self.state = self.lease, "done" if exit_code == 0 and error is None else "failed"
@@ -212,18 +223,13 @@ class ClaimBase(Generic[L]):
             await lease._release()
 
     complete = io(_complete)
-    """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
-    ``error``, else ``failed``) and release the slot's lock.
-
-    Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
-    record was claimed again since (the write is refused: the version moved on)."""
 
     async def _abandon(self) -> None:
+        """Release the lock without recording an end: at-least-once runs the slot again."""
         if self.lease is not None:
             await self.lease._release()
 
     abandon = io(_abandon)
-    """Release the lock without recording an end: at-least-once runs the slot again."""
 
     async def _give_back(self) -> None:
         await self._abandon()

@@ -225,6 +225,9 @@ class MemberBase(Generic[LB]):
         return assign(self.items, self._members)
 
     async def _changes(self) -> AsyncGenerator[PartitionChange[LB], None]:
+        """Every change of what this member owns from now on, as it happens, starting with a
+        ``granted`` for each item it holds already. A ``leaving`` item is released when you ask
+        for the next change, or when you stop asking (then, with no consumer, at once)."""
         self._consumed = True
         for item, lease in self._owned.items():  # no checkpoint since the line above
             self._emit(PartitionChange(item, "granted", lease))
@@ -245,9 +248,6 @@ class MemberBase(Generic[LB]):
                     await self._drop(item)
 
     changes = io_iter(_changes)
-    """Every change of what this member owns from now on, as it happens, starting with a
-    ``granted`` for each item it holds already. A ``leaving`` item is released when you ask
-    for the next change, or when you stop asking (then, with no consumer, at once)."""
 
     # -- running ----------------------------------------------------------------------------
 
@@ -284,6 +284,7 @@ class MemberBase(Generic[LB]):
                 self._send.close()
 
     async def _release(self) -> None:
+        """Leave the group: give up every item and the membership (a no-op once left)."""
         if self._left:
             return
         self._left = True
@@ -293,7 +294,6 @@ class MemberBase(Generic[LB]):
         await self._leave()
 
     release = io(_release)
-    """Leave the group: give up every item and the membership (a no-op once left)."""
 
     async def _give_back(self) -> None:
         await self._release()

@@ -110,6 +110,7 @@ class Timing:
 
     @property
     def renew_every(self) -> float:
+        """Seconds between renewals: a third of the TTL."""
         return self.ttl / 3
 
     @property

@@ -49,9 +49,11 @@ _Row = TypeVar("_Row")
 class DBAPICursor(Protocol):
     """The part of a DB-API cursor the fence uses."""
 
-    def execute(self, query: Any, params: Any = ..., /) -> object: ...
+    def execute(self, query: Any, params: Any = ..., /) -> object:
+        """Run one statement."""
 
-    def fetchall(self) -> list[Any]: ...
+    def fetchall(self) -> list[Any]:
+        """The rows of the last statement."""
 
 
 class SQLFence:

@@ -88,6 +88,7 @@ class ChaosProxy:
 
     @property
     def address(self) -> str:
+        """``host:port`` to connect to instead of the target."""
         return f"{self.listen_host}:{self.port}"
 
     def set_mode(self, mode: Mode, seconds: float = 0.0) -> None:
@@ -102,9 +103,11 @@ class ChaosProxy:
                 link.abort()
 
     def delay(self, seconds: float) -> None:
+        """Hold every byte for ``seconds`` before passing it on."""
         self.set_mode("delay", seconds)
 
     def heal(self) -> None:
+        """Pass traffic again at once: no cut, no delay."""
         self.set_mode("pass")
 
     def retarget(self, target_host: str, target_port: int) -> None:
@@ -209,6 +212,7 @@ class ThreadedChaosProxy:
 
     @property
     def address(self) -> str:
+        """``host:port`` to connect to instead of the target."""
         return self.proxy.address
 
     @property
@@ -227,9 +231,11 @@ class ThreadedChaosProxy:
         self._thread.call_sync(self.proxy.set_mode, mode, seconds)
 
     def delay(self, seconds: float) -> None:
+        """Hold every byte for ``seconds`` before passing it on."""
         self.set_mode("delay", seconds)
 
     def heal(self) -> None:
+        """Pass traffic again at once: no cut, no delay."""
         self.set_mode("pass")
 
     def retarget(self, target_host: str, target_port: int) -> None:

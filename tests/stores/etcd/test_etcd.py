@@ -17,7 +17,9 @@ import pytest
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from tenure.stores._spi import Busy, Change, Grant, Session
-from tenure.stores.etcd import EtcdSession, EtcdStore, EtcdTicket, get_op, prefix_end, put_op
+from tenure.stores.etcd import EtcdStore
+from tenure.stores.etcd.keys import get_op, prefix_end, put_op
+from tenure.stores.etcd.session import EtcdSession, EtcdTicket
 from tenure.testing import FaultyStore
 from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 

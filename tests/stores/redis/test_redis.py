@@ -23,7 +23,8 @@ from plugin_redis import fresh_prefix, redlock_healthy
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Session, Store
-from tenure.stores.redis import RedisSession, RedisStore, RedisTicket, RedlockStore
+from tenure.stores.redis import RedisStore, RedlockStore
+from tenure.stores.redis.session import RedisSession, RedisTicket
 from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
 from tenure.testing.redis_server import RedisServer
 

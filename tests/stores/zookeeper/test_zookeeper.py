@@ -17,7 +17,8 @@ import tenure
 from tenure import InvalidArgument
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Holder
-from tenure.stores.zookeeper import ZooKeeperSession, ZooKeeperStore
+from tenure.stores.zookeeper import ZooKeeperStore
+from tenure.stores.zookeeper.session import ZooKeeperSession
 from tenure.stores.zookeeper.transport import result, server_port
 from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 

@@ -6,14 +6,7 @@ and txn operations, ``session`` the leases, ``watch`` a holder's watch, ``record
 docs/stores/etcd.md.
 """
 
-from .gateway import JSON
 from .guard import GuardedTxn
-from .keys import b64, delete_op, get_op, prefix_end, put_op, unb64
-from .session import EtcdSession, EtcdTicket
 from .store import EtcdStore
-from .watch import EtcdWatch
 
-__all__ = [
-    "JSON", "EtcdSession", "EtcdStore", "EtcdTicket", "EtcdWatch", "GuardedTxn", "b64",
-    "delete_op", "get_op", "prefix_end", "put_op", "unb64",
-]  # fmt: skip
+__all__ = ["EtcdStore", "GuardedTxn"]

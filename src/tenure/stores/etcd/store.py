@@ -67,6 +67,9 @@ _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotte
 
 
 class EtcdStore(Store, Elections, Records):
+    """etcd (``etcd://h1:2379,h2:2379/namespace``): correctness-grade, over its JSON
+    gateway; tokens are key revisions."""
+
     scheme: ClassVar[str] = "etcd"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

@@ -9,17 +9,7 @@ connection string, connecting, the command connection), ``schema`` and ``sql/`` 
 docs/stores/postgres.md.
 """
 
-from .connection import CALL_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_SCHEMA
-from .schema import SCHEMA_VERSION
-from .store import PostgresSession, PostgresStore
-from .watch import PostgresWatch
+from .connection import DEFAULT_SCHEMA
+from .store import PostgresStore
 
-__all__ = [
-    "CALL_TIMEOUT",
-    "CONNECT_TIMEOUT",
-    "DEFAULT_SCHEMA",
-    "SCHEMA_VERSION",
-    "PostgresSession",
-    "PostgresStore",
-    "PostgresWatch",
-]
+__all__ = ["DEFAULT_SCHEMA", "PostgresStore"]

@@ -46,6 +46,9 @@ class PostgresSession(Session):
 
 
 class PostgresStore(Store, Elections, Records):
+    """PostgreSQL (``postgresql://…?schema=tenure``): correctness-grade; one transaction
+    per call, expiry by the server's clock."""
+
     scheme: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

@@ -5,7 +5,6 @@ transport (``instance``), the URL (``url``), the session type (``session``) and 
 (``watch``). Design notes: docs/stores/redis.md."""
 
 from .redlock import RedlockStore
-from .session import RedisSession, RedisTicket
 from .single import RedisStore
 
-__all__ = ["RedisSession", "RedisStore", "RedisTicket", "RedlockStore"]
+__all__ = ["RedisStore", "RedlockStore"]

@@ -63,6 +63,9 @@ def drift_allowance(ttl: float) -> float:
 
 
 class RedlockStore(Store, Elections):
+    """Redlock over independent Redis servers (``redlock://h1,h2,h3``): efficiency-grade,
+    as one Redis."""
+
     scheme: ClassVar[str] = "redlock"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",

@@ -40,6 +40,9 @@ NOTES = (
 
 
 class RedisStore(Store, Elections, Records):
+    """One Redis server (``redis://host:6379/0``): efficiency-grade — a fail-over can lose
+    a lock and its counter."""
+
     scheme: ClassVar[str] = "redis"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",
@@ -72,6 +75,7 @@ class RedisStore(Store, Elections, Records):
 
     @property
     def prefix(self) -> str:
+        """What every key of this store starts with (the URL's ``?prefix=``)."""
         return self._url.prefix
 
     # -- sessions ------------------------------------------------------------------------

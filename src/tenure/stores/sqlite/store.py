@@ -51,6 +51,8 @@ class SessionGone(Exception):
 
 
 class SQLiteStore(Store, Elections, Records):
+    """The embedded store (``sqlite:///path``): one file shared by the processes of one machine."""
+
     scheme: ClassVar[str] = "sqlite"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",

@@ -9,15 +9,6 @@
 How it works and why: docs/stores/zookeeper.md.
 """
 
-from .session import ZooKeeperSession, ZooKeeperTicket
 from .store import DEFAULT_CHROOT, DEFAULT_PORT, ZooKeeperStore
-from .watch import ZooKeeperWatch
 
-__all__ = [
-    "DEFAULT_CHROOT",
-    "DEFAULT_PORT",
-    "ZooKeeperSession",
-    "ZooKeeperStore",
-    "ZooKeeperTicket",
-    "ZooKeeperWatch",
-]
+__all__ = ["DEFAULT_CHROOT", "DEFAULT_PORT", "ZooKeeperStore"]

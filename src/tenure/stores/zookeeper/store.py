@@ -40,6 +40,8 @@ _LOG_CACHE = 1024
 
 
 class ZooKeeperStore(Store, Elections, Records):
+    """ZooKeeper (``zookeeper://h1:2181,h2:2181/chroot``): correctness-grade; tokens are zxids."""
+
     scheme: ClassVar[str] = "zookeeper"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",
