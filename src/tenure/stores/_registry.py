@@ -142,6 +142,7 @@ def _plugins() -> tuple[StoreEntry, ...]:
         claims += [(schemes.get(scheme), f"scheme {scheme!r}") for scheme in entry.schemes]
         for taken, what in claims:
             if taken is not None:
+                # Between two plugins the later (by distribution) is named: both are shown.
                 owner = f"the {taken.dist} plugin" if taken.dist else "a built-in store"
                 raise _refused(point, f"its {what} is already {owner}'s")
         keys[entry.key] = entry
