@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,13 @@ def postgres() -> Iterator[PostgresServer]:
 def sqlite_store_url(tmp_path: Path) -> str:
     """A fresh embedded store for one test."""
     return f"sqlite:///{tmp_path}/store.db"
+
+
+@pytest.fixture
+def memory_store_url() -> str:
+    """A fresh namespace of the in-memory store (tests/plugins/tenure-memory-store, a package
+    outside tenure known by its entry point) for one test."""
+    return f"memory://t_{uuid.uuid4().hex}"
 
 
 @pytest.fixture(scope="session")

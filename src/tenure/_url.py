@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from ._errors import InvalidArgument
 from ._values import Capabilities
 from .stores._connect import NO_OPTIONS, ConnectOptions
-from .stores._registry import BY_SCHEME
+from .stores._registry import BY_SCHEME, by_scheme
 from .stores._spi import Store
 
 ENV_STORE = "TENURE_STORE"
@@ -37,13 +37,14 @@ def store_class(url: str) -> type[Store]:
         scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     except ValueError:  # e.g. an unclosed "[": the URL itself is not repeated (a password?)
         raise InvalidArgument("the store URL cannot be parsed (an unclosed '['?)") from None
-    if scheme not in BY_SCHEME:
+    # A built-in scheme needs no entry-point scan: a broken plugin cannot break it.
+    known = BY_SCHEME if scheme in BY_SCHEME else by_scheme()
+    if scheme not in known:
         shown = scheme or url.split(":", 1)[0]
         # The URL itself is not repeated: it may carry a password.
-        known = ", ".join(BY_SCHEME)
-        raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {known})")
-    entry = BY_SCHEME[scheme]
-    module = importlib.import_module(f"tenure.stores.{entry.module}")
+        raise InvalidArgument(f"unknown store URL scheme {shown!r} (known: {', '.join(known)})")
+    entry = known[scheme]
+    module = importlib.import_module(entry.module)
     store: type[Store] = getattr(module, entry.cls)
     return store
 

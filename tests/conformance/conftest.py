@@ -3,9 +3,10 @@
 A test (or a module, by ``pytestmark``) marked ``@pytest.mark.offers("records")`` runs only on
 the stores whose derived capabilities include that; the others skip it, saying why.
 
-A store joins by its entry in ``tenure.stores._registry`` and a ``<key>_store_url`` fixture (in
-``tests/plugin_<store>.py``, loaded by ``tests/conftest.py``): a URL to a fresh, empty namespace
-on a real server started once per session by that store's shared fixture.
+A store joins by its entry in the registry (``tenure.stores.entries()``: the built-in stores and
+those registered by entry point) and a ``<key>_store_url`` fixture (in ``tests/plugin_<store>.py``,
+loaded by ``tests/conftest.py``): a URL to a fresh, empty namespace on a real server started once
+per session by that store's shared fixture.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from __future__ import annotations
 import pytest
 
 from tenure._url import store_class
-from tenure.stores._registry import REGISTRY
+from tenure.stores import entries
 
-STORES = [entry.key for entry in REGISTRY]
-_SCHEME = {entry.key: entry.schemes[0] for entry in REGISTRY}
+STORES = [entry.key for entry in entries()]
+_SCHEME = {entry.key: entry.schemes[0] for entry in entries()}
 
 
 def pytest_configure(config: pytest.Config) -> None:
