@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from tenure.stores import Change, HeldBack, LockInfo, Owner, Record
+from tenure.stores import Change, Holder, LockDelay, LockInfo, Record
 
 from .wake import Bell
 
@@ -25,7 +25,7 @@ class Lease:
 
     id: int
     ttl: float
-    owner: Owner
+    owner: Holder
     lock_delay: float
     expires: float
 
@@ -96,12 +96,12 @@ class Space:
         waiters = len(self.queues.get(name, ()))
         return LockInfo(name, held.token, lease.owner, lease.expires - now, waiters, held.value)
 
-    def held_back(self, name: str, now: float) -> HeldBack | None:
+    def held_back(self, name: str, now: float) -> LockDelay | None:
         token, until = self.held.get(name, (0, now))
         if until <= now:
             self.held.pop(name, None)
             return None
-        return HeldBack(name, token, until - now)
+        return LockDelay(name, token, until - now)
 
     def head(self, name: str) -> Ticket | None:
         queue = self.queues.get(name)

@@ -14,11 +14,11 @@ from tenure.stores import (
     ConnectOptions,
     Elections,
     Grant,
-    HeldBack,
+    Holder,
     InvalidArgument,
     LeaseLost,
+    LockDelay,
     LockInfo,
-    Owner,
     Record,
     Records,
     Session,
@@ -71,7 +71,7 @@ class MemoryStore(Store, Elections, Records):
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, ttl: float, owner: Owner, lock_delay: float = 0.0) -> Session:
+    async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         with self._space.changing() as now:
             lease = Lease(next(self._space.ids), ttl, owner, lock_delay, now + ttl)
             self._space.sessions[lease.id] = lease
@@ -150,7 +150,7 @@ class MemoryStore(Store, Elections, Records):
             found = [self._space.holder(each, now) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[HeldBack]:
+    async def held_back(self, name: str | None = None) -> list[LockDelay]:
         with self._space.changing() as now:
             names = sorted(self._space.held) if name is None else [name]
             found = [self._space.held_back(each, now) for each in names]
