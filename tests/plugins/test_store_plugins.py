@@ -81,11 +81,11 @@ def test_the_entry_point_is_what_makes_the_memory_store_known() -> None:
 def test_a_memory_url_connects_and_its_name_is_shared_in_the_process() -> None:
     assert store_class("memory://x").__module__ == "tenure_memory_store.store"
     with tenure.connect("memory://shared-here") as a, tenure.connect("memory://shared-here") as b:
-        lease = a.acquire("job", ttl=5)
+        lease = a.lock("job", ttl=5).acquire()
         with pytest.raises(tenure.NotAcquired):
-            b.acquire("job", ttl=5, wait=False)
+            b.lock("job", ttl=5).acquire(wait=False)
         lease.release()
-        assert b.acquire("job", ttl=5, wait=False).token > lease.token
+        assert b.lock("job", ttl=5).acquire(wait=False).token > lease.token
 
 
 def test_the_readme_table_lists_the_project_s_own_stores_only() -> None:
