@@ -22,7 +22,14 @@ from ._lease import AsyncLease, Lease
 from ._lock import AsyncLock, Lock
 from ._names import LockName, describe
 from ._once import AsyncClaim, AsyncOnce, Claim, Once, SlotRecord
-from ._partitions import AsyncMember, AsyncPartitionGroup, Member, PartitionChange, PartitionGroup
+from ._partitions import (
+    AsyncMember,
+    AsyncPartitionGroup,
+    Member,
+    PartitionChange,
+    PartitionGroup,
+    PartitionLocks,
+)
 from ._rwlock import AsyncRWLease, AsyncRWLock, AsyncRWSide, RWLease, RWLock, RWSide
 from ._semaphore import AsyncPermit, AsyncSemaphore, Permit, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Loss, Timing
@@ -68,6 +75,7 @@ __all__ = [
     "Once",
     "PartitionChange",
     "PartitionGroup",
+    "PartitionLocks",
     "Permit",
     "RWLease",
     "RWLock",

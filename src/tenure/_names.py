@@ -54,30 +54,31 @@ def nesting_problem(namespace: str) -> str | None:
 @dataclass(frozen=True)
 class LockName:
     """What one of a recipe's internal locks is: ``kind`` (``semaphore``, ``rwlock``,
-    ``partitions``, ``once``), the primitive's own name (``of``) and which of its locks it is
-    (``part``: a slot index, ``gate``, ``member/<id>``, ...)."""
+    ``partition group``, ``once``), the primitive's own name (``of``: for ``once`` the job, as
+    its record key writes it) and which of its locks it is (``part``: a slot index, ``queue``,
+    ``gate``, ``member/<id>``, ``item/<item>``, ``bell``, a once slot)."""
 
     kind: str
     of: str
     part: str
 
 
-_RESERVED: dict[str, str] = {}
-"""Prefix → the kind of primitive that keeps lock names under it."""
+_RESERVED: dict[str, tuple[str, str]] = {}
+"""Prefix → the kind of primitive that keeps lock names under it, and its plural in words."""
 
 
-def reserve(prefix: str, kind: str) -> None:
+def reserve(prefix: str, kind: str, plural: str) -> None:
     """Keep lock names under ``prefix`` for ``kind``'s own locks (each recipe, at import)."""
-    _RESERVED[prefix] = kind
+    _RESERVED[prefix] = (kind, plural)
 
 
 def check_plain(name: object) -> str:
     """A name a plain lock (or an election) may take: valid, and not a recipe's own."""
     name = check_name(name)
-    for prefix, kind in _RESERVED.items():
+    for prefix, (_kind, plural) in _RESERVED.items():
         if name.startswith(prefix):
             raise InvalidArgument(
-                f"lock name {name!r} is under {prefix!r}, which {kind} keep for their own"
+                f"lock name {name!r} is under {prefix!r}, which {plural} keep for their own"
                 " locks: choose another name"
             )
     return name
@@ -87,14 +88,14 @@ def describe(name: str) -> LockName | None:
     """Which recipe's lock ``name`` is (None: a plain lock or an election). The recipe's own
     name is what comes after the prefix, up to the last ``/`` (a partition group's member
     and item locks have a part of two segments)."""
-    for prefix, kind in _RESERVED.items():
+    for prefix, (kind, _plural) in _RESERVED.items():
         rest = name.removeprefix(prefix)
         if rest == name:
             continue
         if kind == "once":
             job, _, slot = rest.partition("/")
             return LockName(kind, job, slot)
-        if kind == "partitions":
+        if kind == "partition group":
             group, _, part = rest.partition("/")
             return LockName(kind, group, part)
         of, _, part = rest.rpartition("/")

@@ -52,7 +52,7 @@ Policy = Literal["at-least-once", "at-most-once"]
 POLICIES: tuple[Policy, ...] = ("at-least-once", "at-most-once")
 SlotState = Literal["running", "done", "failed"]
 LOCK_PREFIX = "once:"
-reserve(LOCK_PREFIX, "once-per-slot jobs")
+reserve(LOCK_PREFIX, "once", "once-per-slot jobs")
 FINAL = ("done", "failed")
 
 

@@ -40,6 +40,7 @@ from ._lock import acquire
 from ._modes import Async, Blocking, io, io_iter
 from ._names import check_name, reserve
 from ._state import DEFAULT_TTL
+from ._values import LockInfo
 from .stores._spi import elections_of
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tenure")
 PREFIX = "partitions/"
-reserve(PREFIX, "partition groups")
+reserve(PREFIX, "partition group", "partition groups")
 ChangeKind = Literal["granted", "leaving", "lost"]
 L = TypeVar("L")
 
@@ -158,6 +159,39 @@ def read_members(group: str, values: Iterable[tuple[str, str | None]]) -> dict[s
             weight = 1.0  # not written by a member: counted at the default weight
         members[name[len(prefix) :]] = weight
     return members
+
+
+@dataclass(frozen=True)
+class PartitionLocks:
+    """The lock names of partition group ``group``, as the recipe makes them: for tools that
+    show or follow a group (``tenure partitions``), not for taking them."""
+
+    group: str
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+
+    @property
+    def prefix(self) -> str:
+        """What every lock of the group starts with (``client.locks(prefix=...)``)."""
+        return group_prefix(self.group)
+
+    @property
+    def bell(self) -> str:
+        """The lock a member rings (takes and releases) when it joins or leaves."""
+        return bell_lock(self.group)
+
+    def member(self, member: str) -> str:
+        """The lock member ``member`` holds while it is a member ("" for their prefix)."""
+        return member_lock(self.group, member)
+
+    def item(self, item: str) -> str:
+        """The lock of item ``item`` ("" for their prefix)."""
+        return item_lock(self.group, item)
+
+    def weights(self, infos: Iterable[LockInfo]) -> dict[str, float]:
+        """Member id → weight, read from the member locks among ``infos``."""
+        return read_members(self.group, ((info.name, info.value) for info in infos))
 
 
 LB = TypeVar("LB", bound=LeaseBase)

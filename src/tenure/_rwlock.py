@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._pool import SessionPool
 
 PREFIX = "rwlock/"
-reserve(PREFIX, "read-write locks")
+reserve(PREFIX, "rwlock", "read-write locks")
 L = TypeVar("L", bound=LeaseBase)
 DEFAULT_READERS = 16
 """Readers at once by default; more wait in line (a waiter at the head queues on each slot)."""

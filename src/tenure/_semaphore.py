@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 MAX_PERMITS = 256
 """A waiter at the head of the line queues on every slot: keep that bounded."""
 PREFIX = "semaphore/"
-reserve(PREFIX, "semaphores")
+reserve(PREFIX, "semaphore", "semaphores")
 L = TypeVar("L", bound=LeaseBase)
 
 

@@ -22,11 +22,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ._errors import InvalidArgument
-from ._lock import check_arguments
-from ._once import Claim, Policy, check_policy, one_line
-from ._state import DEFAULT_TTL
-from ._sync import Client
+from tenure import DEFAULT_TTL, Claim, Client, InvalidArgument
+from tenure.checks import Policy, check_arguments, check_policy, one_line
 
 try:
     from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED

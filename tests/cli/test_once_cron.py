@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tenure._schedule import due_of
+from tenure.cli.schedule import due_of
 from tenure.testing.clockshift import ClockShift
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The stop-by rule (tenure._stopby) and the timing it rests on, against an injected clock."""
+"""The stop-by rule (tenure.cli.stopby) and the timing it rests on, against an injected clock."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tenure import InvalidArgument, Loss
 from tenure._state import LeaseState, Timing, default_lock_delay
-from tenure._stopby import PAUSE_GAP, Cause, StopBy
+from tenure.cli.stopby import PAUSE_GAP, Cause, StopBy
 
 ttls = st.floats(min_value=0.5, max_value=3600)
 

@@ -35,8 +35,7 @@ import celery.schedules
 
 import tenure
 from tenure import InvalidArgument, LeaseLost, NotAcquired, TenureError
-from tenure._lock import check_arguments
-from tenure._names import check_name
+from tenure.checks import check_arguments, check_name
 
 from ._connection import client_for, store_url
 

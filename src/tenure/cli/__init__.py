@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import click
 
-from .._errors import InvalidArgument, NotAcquired, StoreUnavailable, TenureError
-from .._url import GRADES, Grade
+from tenure import InvalidArgument, NotAcquired, StoreUnavailable, TenureError
+from tenure.checks import GRADES, Grade
 
 if TYPE_CHECKING:
-    from .._sync import Client
+    from tenure import Client
 
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0
@@ -146,7 +146,7 @@ def child_url(store: str | None, client: Client) -> str:
     """The store URL a command gets in $TENURE_STORE: the embedded store's absolute path, else
     the URL as the user gave it — ``client.url`` shows ``***`` for a password (the command is
     theirs, and a password from $TENURE_PASSWORD reaches it in its environment anyway)."""
-    from .._url import resolve_url
+    from tenure.checks import resolve_url
 
     given = resolve_url(store)
     return client.url if given.lower().startswith("sqlite:") else given

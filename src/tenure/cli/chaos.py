@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 
 import click
 
-from .._errors import InvalidArgument
-from ..stores._registry import BY_KEY, REGISTRY, StoreEntry
+from tenure import InvalidArgument
+from tenure.stores import StoreEntry, by_key, entries
+
 from ..testing.chaos.report import Report
 from ..testing.chaos.resource import WORKLOADS
 from ..testing.chaos.runner import Run, check_applicable, new_seed
@@ -25,7 +26,7 @@ from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 def _kinds() -> str:
     """The --cluster kinds, as the help and the errors name them (from the store registry)."""
     return ", ".join(
-        f"{e.key}[:N]" if e.members else e.key for e in REGISTRY if e.throwaway is not None
+        f"{e.key}[:N]" if e.members else e.key for e in entries() if e.throwaway is not None
     )
 
 
@@ -147,7 +148,7 @@ def chaos(
 def _cluster(cluster: str) -> tuple[StoreEntry, int | None]:
     """The store and size a --cluster value names; an unknown one is refused here."""
     kind, _, size = cluster.partition(":")
-    entry = BY_KEY.get(kind)
+    entry = by_key().get(kind)
     if entry is not None and entry.throwaway is not None:
         if not size:
             return entry, None

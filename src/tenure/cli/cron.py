@@ -17,10 +17,8 @@ import time
 
 import click
 
-from .._child import CommandError, resolve_command
-from .._once import Policy, check_policy
-from .._schedule import Schedule, parse_schedule, slot_key
-from .._url import Grade
+from tenure.checks import Grade, Policy, check_policy
+
 from . import (
     EXIT_CODES_HELP,
     EXIT_OK,
@@ -30,8 +28,10 @@ from . import (
     lease_options,
     open_client,
 )
+from .child import CommandError, resolve_command
 from .once import policy_option, run_slot
 from .run import Interrupted, check_inputs, signals_interrupt
+from .schedule import Schedule, parse_schedule, slot_key
 
 DEFAULT_JITTER = 1.0
 

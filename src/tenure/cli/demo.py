@@ -30,8 +30,8 @@ import click
 import tenure
 from tenure.fence import SQLFence
 
-from .._child import die_with_parent_setter
 from . import EXIT_OK
+from .child import die_with_parent_setter
 
 LOCK = "demo"
 RESOURCE = "doc"

@@ -13,9 +13,8 @@ import socket
 
 import click
 
-from .._child import CommandError, resolve_command
-from .._election import check_value
-from .._url import Grade
+from tenure.checks import Grade, check_value
+
 from . import (
     EXIT_CODES_HELP,
     EXIT_LOST,
@@ -25,6 +24,7 @@ from . import (
     lease_options,
     open_client,
 )
+from .child import CommandError, resolve_command
 from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 

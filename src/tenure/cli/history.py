@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 
 import click
 
-from .._once import SlotRecord
+from tenure import SlotRecord
+
 from . import columns, open_client, store_option
 from .ls import shown
 

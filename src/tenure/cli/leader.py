@@ -7,8 +7,8 @@ import json
 import click
 
 import tenure
+from tenure.checks import check_name
 
-from .._names import check_name
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, store_option
 from .ls import shown
 

@@ -10,11 +10,9 @@ from dataclasses import asdict, dataclass, field
 import click
 
 import tenure
+from tenure import LockDelay, LockInfo, describe
+from tenure.checks import check_name
 
-from .._names import check_name
-from .._rwlock import PREFIX as RWLOCK
-from .._semaphore import PREFIX as SEMAPHORE
-from .._values import LockDelay, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
@@ -48,15 +46,16 @@ def table(infos: list[LockInfo], held: Sequence[LockDelay] = ()) -> str:
     return columns(rows)
 
 
-def _recipes(infos: list[LockInfo], prefix: str, gate: str) -> dict[str, Group]:
+def _recipes(infos: list[LockInfo], kind: str, gate: str) -> dict[str, Group]:
     """The locks of one recipe (semaphores, read-write locks) grouped by the recipe's name:
-    the slots held, and the gate's holder."""
+    the slots held, and the gate's holder (the recipe says which lock is which:
+    `tenure.describe`)."""
     groups: dict[str, Group] = {}
     for info in infos:
-        rest = info.name.removeprefix(prefix)
-        if rest == info.name or "/" not in rest:
+        lock = describe(info.name)
+        if lock is None or lock.kind != kind:
             continue
-        name, _, part = rest.rpartition("/")
+        name, part = lock.of, lock.part
         if part == gate:
             groups.setdefault(name, Group()).gate = info
         elif part.isdigit():
@@ -83,7 +82,7 @@ class Group:
 def semaphores(infos: list[LockInfo]) -> list[str]:
     """A line per semaphore in use: its held slots, and how many wait."""
     lines = []
-    for name, group in _recipes(infos, SEMAPHORE, "queue").items():
+    for name, group in _recipes(infos, "semaphore", "queue").items():
         held, slots = len(group.slots), ", ".join(map(str, sorted(group.slots))) or "-"
         # The holders' count (the largest, if they asked with several); none while only waiting.
         count = max(group.counts, default=None)
@@ -99,7 +98,7 @@ def rwlocks(infos: list[LockInfo]) -> list[str]:
     """A line per read-write lock in use: its readers, and who holds its gate (a writer holds
     it while writing; a reader only while it takes its slot, or waits for one)."""
     lines = []
-    for name, group in _recipes(infos, RWLOCK, "gate").items():
+    for name, group in _recipes(infos, "rwlock", "gate").items():
         gate = group.gate
         who = (
             "no writer"

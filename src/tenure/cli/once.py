@@ -16,10 +16,8 @@ import signal
 import click
 
 import tenure
+from tenure.checks import POLICIES, Grade, Policy, check_policy, check_slot
 
-from .._child import CommandError, resolve_command
-from .._once import POLICIES, Policy, check_policy, check_slot
-from .._url import Grade
 from . import (
     EXIT_BUSY,
     EXIT_CODES_HELP,
@@ -32,6 +30,7 @@ from . import (
     one_line,
     open_client,
 )
+from .child import CommandError, resolve_command
 from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 

@@ -15,16 +15,8 @@ import anyio
 import click
 
 import tenure
+from tenure import Holder, LockInfo
 
-from .._partitions import (
-    bell_lock,
-    check_group,
-    group_prefix,
-    item_lock,
-    member_lock,
-    read_members,
-)
-from .._values import Holder, LockInfo
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
 
@@ -41,8 +33,9 @@ def read_map(group: str, locks: Iterable[LockInfo]) -> Map:
     ids if one process runs several
     members with one label, None if no member's session holds it. Pure: no store, no clock."""
     infos = sorted(locks, key=lambda info: info.name)
-    weights = read_members(group, ((info.name, info.value) for info in infos))
-    member_prefix, item_prefix = member_lock(group, ""), item_lock(group, "")
+    names = tenure.PartitionLocks(group)
+    weights = names.weights(infos)
+    member_prefix, item_prefix = names.member(""), names.item("")
     members: list[Map] = []
     items: list[Map] = []
     ids: dict[Holder, list[str]] = {}
@@ -114,8 +107,9 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
     group's bell and its members' locks, and reading again every ``REREAD`` seconds."""
     group, rung, watched = now["group"], [anyio.Event()], dict[str, anyio.CancelScope]()
     failed: tenure.TenureError | None = None
+    names = tenure.PartitionLocks(group)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_observe, client, bell_lock(group), rung, anyio.CancelScope())
+        tg.start_soon(_observe, client, names.bell, rung, anyio.CancelScope())
         try:
             while True:
                 ids = {m["id"] for m in now["members"]}
@@ -123,11 +117,11 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
                     watched.pop(member).cancel()
                 for member in ids - watched.keys():
                     watched[member] = scope = anyio.CancelScope()
-                    tg.start_soon(_observe, client, member_lock(group, member), rung, scope)
+                    tg.start_soon(_observe, client, names.member(member), rung, scope)
                 with anyio.move_on_after(REREAD):
                     await rung[0].wait()
                 rung[0] = anyio.Event()
-                last, now = now, read_map(group, await client.locks(prefix=group_prefix(group)))
+                last, now = now, read_map(group, await client.locks(prefix=names.prefix))
                 if _settled(now) != _settled(last):
                     click.echo(("" if show is json.dumps else "\n") + show(now))
         except tenure.TenureError as exc:  # raised below, not in an ExceptionGroup: one line
@@ -139,7 +133,7 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
 
 async def _show(group: str, store: str | None, watch: bool, show: Callable[[Map], str]) -> int:
     async with tenure.connect_async(store) as client:
-        now = read_map(group, await client.locks(prefix=group_prefix(group)))
+        now = read_map(group, await client.locks(prefix=tenure.PartitionLocks(group).prefix))
         click.echo(show(now))
         if watch:
             with anyio.CancelScope() as scope, _on_interrupt(scope.cancel):
@@ -174,7 +168,7 @@ def partitions(group: str, watch: bool, as_json: bool, store: str | None) -> int
       {"group", "members": [{"id", "weight", "host", "pid", "label", "expires_in"}],
        "items": [{"item", "member", "token", "expires_in"}]}
     """
-    check_group(group)
+    tenure.PartitionLocks(group)  # checked
     try:
         return anyio.run(_show, group, store, watch, json.dumps if as_json else _text)
     except KeyboardInterrupt:

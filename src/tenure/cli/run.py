@@ -21,16 +21,16 @@ from types import FrameType
 import click
 
 import tenure
+from tenure import LockInfo, Timing
+from tenure.checks import (
+    DEFAULT_READERS,
+    Grade,
+    check_arguments,
+    check_label,
+    check_readers,
+    check_semaphore,
+)
 
-from .._child import FORWARDED, CommandError, resolve_command, running
-from .._lock import check_arguments
-from .._names import check_label
-from .._rwlock import DEFAULT_READERS, check_readers
-from .._semaphore import check_semaphore
-from .._state import Timing
-from .._stopby import Cause
-from .._url import Grade
-from .._values import LockInfo
 from . import (
     EXIT_BUSY,
     EXIT_CODES_HELP,
@@ -44,6 +44,8 @@ from . import (
     one_line,
     open_client,
 )
+from .child import FORWARDED, CommandError, resolve_command, running
+from .stopby import Cause
 
 
 class Interrupted(BaseException):
@@ -337,7 +339,7 @@ def _supervise(
     forwarded: list[int] | None = None,
 ) -> Outcome:
     """Run ``command`` while ``lease`` holds; stop it by the lease's deadline (see
-    `tenure._stopby`). Returns once no process of its group remains. The signals passed on to
+    `tenure.cli.stopby`). Returns once no process of its group remains. The signals passed on to
     it are added to ``forwarded``."""
     env = dict(os.environ)
     env.update(TENURE_TOKEN=str(lease.token), TENURE_LOCK=lease.name, TENURE_STORE=url)

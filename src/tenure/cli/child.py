@@ -5,7 +5,7 @@ Used by ``tenure run`` (and meant for ``tenure elect`` / ``tenure once``). A chi
 - runs in its own process group, so signals reach everything it started (``os.killpg``);
 - on Linux, dies with SIGKILL if tenure dies, even by SIGKILL (``PR_SET_PDEATHSIG``). That signal
   fires when the *thread* that forked exits, so `running` must be entered in the main thread;
-- is stopped by its lease's deadline (`Child.watch`, the rule is `tenure._stopby`): SIGTERM to
+- is stopped by its lease's deadline (`Child.watch`, the rule is `tenure.cli.stopby`): SIGTERM to
   its group at ``deadline − grace`` when renewals are overdue, SIGKILL at the deadline, SIGKILL at
   once when the store says the session is gone or tenure was paused past the deadline;
 - leaves nothing behind: when it ends, whatever is left of its group is killed, and `wait`
@@ -34,9 +34,9 @@ from subprocess import Popen
 from types import FrameType
 from typing import Any, Protocol
 
-from ._clock import Clock
-from ._state import Loss
-from ._stopby import Cause, StopBy
+from tenure import Clock, Loss
+
+from .stopby import Cause, StopBy
 
 __all__ = ["Child", "CommandError", "die_with_parent_setter", "resolve_command", "running"]
 
@@ -156,7 +156,7 @@ class Child:
             os.killpg(self.pid, signum)
 
     def watch(self, lease: Watched, grace: float, report: StopReport) -> None:
-        """Stop the child by ``lease``'s deadline (see `tenure._stopby`), from a thread."""
+        """Stop the child by ``lease``'s deadline (see `tenure.cli.stopby`), from a thread."""
         clock = lease.clock
         plan = self.plan = StopBy(grace, clock.now())
         self._lease = lease

@@ -17,7 +17,7 @@ import re
 from datetime import datetime, timezone
 from typing import Protocol
 
-from ._errors import InvalidArgument
+from tenure import InvalidArgument
 
 _INTERVAL = re.compile(r"(?:@?every\s+)(\d+(?:\.\d+)?)\s*(ms|s|m|h)", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

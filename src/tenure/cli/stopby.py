@@ -14,7 +14,7 @@ import math
 import signal
 from enum import Enum
 
-from ._state import Loss
+from tenure import Loss
 
 
 class Cause(Enum):
