@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 async def test_at_risk_comes_before_the_loss_and_clears_on_renewal(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as client:
-        lease = await client.acquire("risky", ttl=1.5)
+        lease = await client.lock("risky", ttl=1.5).acquire()
         assert not lease.at_risk and lease.loss is None
         assert lease.stop_by == lease.deadline and lease.stop_by > lease.clock.now()
         seen: list[tuple[float, bool]] = []
@@ -48,7 +48,7 @@ async def test_at_risk_comes_before_the_loss_and_clears_on_renewal(store_url: st
 async def test_the_store_saying_gone_is_a_loss_of_its_own_kind(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as client:
-        lease = await client.acquire("gone-kind", ttl=1.5)
+        lease = await client.lock("gone-kind", ttl=1.5).acquire()
         faulty.drop_sessions = True
         with anyio.fail_after(2):
             while not lease.lost:
@@ -58,9 +58,9 @@ async def test_the_store_saying_gone_is_a_loss_of_its_own_kind(store_url: str) -
 
 def test_sync_leases_say_it_too(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
-    client = tenure.Client(lambda: AsyncClient(faulty))
+    client = tenure.Client(faulty)
     try:
-        lease = client.acquire("sync-risky", ttl=1.5)
+        lease = client.lock("sync-risky", ttl=1.5).acquire()
         seen: list[tenure.Lease] = []
         lease.on_at_risk(seen.append)
         assert not lease.at_risk

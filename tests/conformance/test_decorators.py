@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 import tenure
-from tenure import AsyncClient, LeaseLost, Skipped
+from tenure import AsyncClient, Leader, LeaseLost, NotAcquired, Skipped
 from tenure._url import open_store
 from tenure.testing import FaultyStore
 
@@ -21,11 +21,11 @@ async def test_exclusive_runs_one_call_at_a_time_and_says_who_skipped(store_url:
     ):
         seen: list[int] = []
 
-        @b.exclusive("report", ttl=10)
+        @b.lock("report", ttl=10, wait=False)
         async def from_b() -> str:
             return "b ran"
 
-        @a.exclusive("report", ttl=10)
+        @a.lock("report", ttl=10, wait=False)
         async def from_a(day: str, lease: tenure.AsyncLease | None = None) -> str:
             assert lease is not None
             seen.append(lease.token)
@@ -33,8 +33,8 @@ async def test_exclusive_runs_one_call_at_a_time_and_says_who_skipped(store_url:
             assert info.token == lease.token  # held while the function runs
             skipped = await from_b()  # b on the same name, meanwhile
             assert isinstance(skipped, Skipped) and not skipped
-            assert skipped.reason == "held" and skipped.holder is not None
-            assert skipped.holder.holder.label == "a" and "held by a" in str(skipped)
+            assert skipped.reason == "held" and skipped.lock is not None
+            assert skipped.lock.holder.label == "a" and "held by a" in str(skipped)
             return f"a ran for {day}"
 
         assert await from_a("monday") == "a ran for monday"
@@ -49,7 +49,7 @@ async def test_exclusive_cancels_an_async_call_whose_lease_is_lost(store_url: st
     async with AsyncClient(store, label="a") as a:
         reached_the_end = False
 
-        @a.exclusive("lossy", ttl=1.0)
+        @a.lock("lossy", ttl=1.0, wait=False)
         async def slow() -> None:
             nonlocal reached_the_end
             store.hang_keep_alive = True  # renewals stop answering: the lease runs out
@@ -59,6 +59,73 @@ async def test_exclusive_cancels_an_async_call_whose_lease_is_lost(store_url: st
         with anyio.fail_after(10), pytest.raises(LeaseLost):
             await slow()
         assert not reached_the_end
+
+
+@pytest.mark.anyio
+async def test_every_handle_decorates_a_function_given_its_grant(store_url: str) -> None:
+    """``@handle`` on a semaphore, each side of a read-write lock, an election and a partition
+    group: each call holds a grant of its own, given by the handle's parameter, and gives it
+    back when it returns; with ``wait=False``, a call while another client holds it is skipped."""
+    async with (
+        tenure.connect_async(store_url, label="a") as a,
+        tenure.connect_async(store_url, label="b") as b,
+    ):
+        rw = a.rwlock("doc", ttl=10, wait=False)
+        grants: list[tenure.AsyncLease] = []
+
+        @a.semaphore("sem", 1, ttl=10, wait=False)
+        async def with_permit(permit: tenure.AsyncPermit | None = None) -> int:
+            assert permit is not None and permit.semaphore == "sem"
+            with pytest.raises(NotAcquired):  # the only permit is this call's
+                await b.semaphore("sem", 1, ttl=10).acquire(wait=False)
+            grants.append(permit)
+            return permit.index
+
+        @rw.read
+        async def reading(lease: tenure.AsyncRWLease | None = None) -> str:
+            assert lease is not None
+            with pytest.raises(NotAcquired):
+                await b.rwlock("doc", ttl=10).write.acquire(wait=False)
+            grants.append(lease)
+            return lease.mode
+
+        @rw.write
+        async def writing(lease: tenure.AsyncRWLease | None = None) -> str:
+            assert lease is not None
+            with pytest.raises(NotAcquired):
+                await b.rwlock("doc", ttl=10).read.acquire(wait=False)
+            grants.append(lease)
+            return lease.mode
+
+        @a.election("chief", ttl=10, value="a", wait=False)
+        async def leading(leadership: tenure.AsyncLeadership | None = None) -> int:
+            assert leadership is not None
+            assert await b.election("chief").leader() == Leader("chief", leadership.term, "a", a.holder)
+            grants.append(leadership)
+            return leadership.term
+
+        @a.partitions("team", ["x"], ttl=10, member="a")
+        async def member_of(member: tenure.AsyncMember | None = None) -> list[str]:
+            assert member is not None
+            with anyio.fail_after(10):
+                while "x" not in member.owned:
+                    await anyio.sleep(0.02)
+            grants.append(member.owned["x"])
+            return list(member.members)
+
+        assert await with_permit() == 0
+        assert await reading() == "read" and await writing() == "write"
+        assert await leading() >= 1
+        assert await member_of() == ["a"]
+        assert all(grant.released for grant in grants) and len(grants) == 5
+        assert await a.locks() == []  # every call gave its grant back (the group: it left)
+        async with b.semaphore("sem", 1, ttl=10), b.election("chief", ttl=10, value="b"):
+            for busy in (with_permit, leading):
+                skipped = await busy()
+                assert isinstance(skipped, Skipped) and skipped.reason == "held"
+        async with b.rwlock("doc", ttl=10).write:
+            for busy in (reading, writing):
+                assert isinstance(await busy(), Skipped)
 
 
 @pytest.mark.anyio
@@ -77,13 +144,13 @@ async def test_once_per_runs_each_slot_once_and_records_the_function_s_fate(
 
         runs: list[tuple[str, int]] = []
 
-        @a.once_per("nightly", slot=day, ttl=10)
-        async def on_a(run: tenure.AsyncRun | None = None) -> str:
-            assert run is not None and run.lease is not None
-            runs.append(("a", run.attempt))
+        @a.once("nightly", day, ttl=10)
+        async def on_a(claim: tenure.AsyncClaim | None = None) -> str:
+            assert claim is not None and claim.lease is not None
+            runs.append(("a", claim.attempt))
             return "done on a"
 
-        @b.once_per("nightly", slot=day, ttl=10)
+        @b.once("nightly", day, ttl=10)
         async def on_b() -> str:
             runs.append(("b", 0))
             raise RuntimeError("disk full")
@@ -91,8 +158,8 @@ async def test_once_per_runs_each_slot_once_and_records_the_function_s_fate(
         assert await on_a() == "done on a"
         skipped = await on_b()
         assert isinstance(skipped, Skipped) and skipped.reason == "done"
-        assert skipped.name == "nightly/2026-12-01" and skipped.slot is not None
-        assert skipped.slot.label == "a"
+        assert skipped.name == "nightly/2026-12-01" and skipped.record is not None
+        assert skipped.record.label == "a"
         today[0] = "2026-12-02"  # the next slot: whoever calls first runs it
         with pytest.raises(RuntimeError, match="disk full"):
             await on_b()
@@ -111,11 +178,11 @@ async def test_once_per_runs_each_slot_once_and_records_the_function_s_fate(
 def test_the_sync_decorators_hold_and_record_as_the_async_ones(store_url: str) -> None:
     with tenure.connect(store_url, label="a") as a, tenure.connect(store_url, label="b") as b:
 
-        @b.exclusive("sync-job", ttl=10)
+        @b.lock("sync-job", ttl=10, wait=False)
         def from_b() -> str:
             return "b ran"
 
-        @a.exclusive("sync-job", ttl=10)
+        @a.lock("sync-job", ttl=10, wait=False)
         def from_a(lease: tenure.Lease | None = None) -> Skipped | str:
             assert lease is not None and lease.token > 0
             return from_b()  # meanwhile, on b: skipped
@@ -124,10 +191,10 @@ def test_the_sync_decorators_hold_and_record_as_the_async_ones(store_url: str) -
         assert isinstance(skipped, Skipped) and skipped.reason == "held"
         assert from_b() == "b ran"
 
-        @a.once_per("sync-nightly", slot="2026-12-01", ttl=10)
-        def nightly(run: tenure.Run | None = None) -> int:
-            assert run is not None
-            return int(run.attempt)
+        @a.once("sync-nightly", "2026-12-01", ttl=10)
+        def nightly(claim: tenure.Claim | None = None) -> int:
+            assert claim is not None
+            return int(claim.attempt)
 
         assert nightly() == 1
         later = nightly()

@@ -20,10 +20,10 @@ async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
         tenure.connect_async(store_url, label="a") as a,
         tenure.connect_async(store_url, label="b") as b,
     ):
-        assert await a.leader("e") is None
-        first = await a.campaign("e", "host-a:8080", ttl=10)
+        assert await a.election("e").leader() is None
+        first = await a.election("e", ttl=10, value="host-a:8080").acquire()
         assert first.value == "host-a:8080" and first.term == first.token
-        now = await b.leader("e")
+        now = await b.election("e").leader()
         assert now is not None
         assert (now.name, now.term, now.value, now.holder.label) == (
             "e",
@@ -32,42 +32,69 @@ async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
             "a",
         )
         with pytest.raises(NotAcquired):
-            await b.campaign("e", "host-b", ttl=10, timeout=0.2)
+            await b.election("e", ttl=10, value="host-b").acquire(timeout=0.2)
         async with anyio.create_task_group() as tg:
             won: list[tenure.AsyncLeadership] = []
 
             async def follower() -> None:
-                won.append(await b.campaign("e", "host-b", ttl=10))
+                won.append(await b.election("e", ttl=10, value="host-b").acquire())
 
             tg.start_soon(follower)
             await anyio.sleep(0.2)
             assert not won
-            await first.resign()
+            await first.release()
         [second] = won
         assert second.term > first.term
         assert first.released and not first.lost
-        assert (await a.leader("e")) == Leader("e", second.term, "host-b", b.holder)
-        await second.resign()
-        assert await a.leader("e") is None
+        assert (await a.election("e").leader()) == Leader("e", second.term, "host-b", b.holder)
+        await second.release()
+        assert await a.election("e").leader() is None
 
 
 async def test_proclaim_keeps_the_term(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a:
-        lead = await a.campaign("p", "v1", ttl=10)
+        lead = await a.election("p", ttl=10, value="v1").acquire()
         await lead.proclaim("v2 ✓")
-        now = await a.leader("p")
+        now = await a.election("p").leader()
         assert now is not None and (now.term, now.value) == (lead.term, "v2 ✓")
-        await lead.resign()
+        await lead.release()
         with pytest.raises(LeaseLost):
             await lead.proclaim("too late")
+
+
+async def test_a_leader_campaigning_again_is_refused_at_once(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lead = await a.election("again", ttl=10, value="a").acquire()
+        with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
+            await a.election("again", ttl=10, value="a twice").acquire()  # would wait on itself
+        with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
+            async with a.election("again", ttl=10, timeout=30):
+                pass
+        assert await b.election("again").leader() == Leader("again", lead.term, "a", a.holder)
+        assert [i.waiters for i in await b.locks("again")] == [0]
+        await lead.release()
+        again = await a.election("again", ttl=10, value="a").acquire(wait=False)
+        assert again.term > lead.term
+        await again.release()
+
+
+async def test_a_recipe_s_lock_may_be_followed_but_not_led(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, a.semaphore("pool", 1, ttl=10) as permit:
+        with pytest.raises(InvalidArgument, match="for their own locks"):
+            await a.election(permit.name, ttl=10).acquire()
+        now = await a.election(permit.name).leader()
+        assert now is not None and (now.term, now.value) == (permit.token, "1")
+        observing = a.election(permit.name).observe()
+        assert await observing.__anext__() == now
+        await observing.aclose()  # type: ignore[attr-defined]
 
 
 async def test_bad_values_are_refused_before_anything_is_taken(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a:
         for bad in ("x" * 5000, "nul\x00", 42):
             with pytest.raises(InvalidArgument):
-                await a.campaign("bad", bad, ttl=5)  # type: ignore[arg-type]
-        assert await a.leader("bad") is None
+                a.election("bad", ttl=5, value=bad)  # type: ignore[arg-type]
+        assert await a.election("bad").leader() is None
 
 
 async def test_observe_reports_every_term_woken_by_the_store(store_url: str) -> None:
@@ -80,7 +107,7 @@ async def test_observe_reports_every_term_woken_by_the_store(store_url: str) -> 
         seen: list[tuple[int, str | None] | None] = []
 
         async def watcher() -> None:
-            async for now in b.observe("o"):
+            async for now in b.election("o").observe():
                 seen.append(None if now is None else (now.term, now.value))
 
         async with anyio.create_task_group() as tg:
@@ -88,11 +115,11 @@ async def test_observe_reports_every_term_woken_by_the_store(store_url: str) -> 
             with anyio.fail_after(3):
                 while not seen:
                     await anyio.sleep(0.01)
-            one = await a.campaign("o", "one", ttl=30)
+            one = await a.election("o", ttl=30, value="one").acquire()
             await one.proclaim("one'")
-            await one.resign()
-            two = await a.campaign("o", "two", ttl=30)
-            await two.resign()
+            await one.release()
+            two = await a.election("o", ttl=30, value="two").acquire()
+            await two.release()
             # A grant may be reported with no value first, then with its value: wait for the
             # last term's value and the resignation after it, not for a count of changes.
             with anyio.fail_after(3):
@@ -110,22 +137,22 @@ async def test_observe_reports_every_term_woken_by_the_store(store_url: str) -> 
 async def test_a_leader_that_cannot_renew_steps_down_before_the_next_term(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as a, tenure.connect_async(store_url) as b:
-        first = await a.campaign("crash", "a", ttl=1)
+        first = await a.election("crash", ttl=1, value="a").acquire()
         lost_at: list[float] = []
         first.on_lost(lambda _: lost_at.append(anyio.current_time()))
         faulty.hang_keep_alive = True
-        second = await b.campaign("crash", "b", ttl=1, timeout=10)
+        second = await b.election("crash", ttl=1, value="b").acquire(timeout=10)
         elected_at = anyio.current_time()
         assert lost_at and lost_at[0] < elected_at  # rule 5: gone before the next term
         assert second.term > first.term
-        await second.resign()
+        await second.release()
 
 
 async def test_lead_block_is_cancelled_on_loss(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as a:
         with pytest.raises(LeaseLost):
-            async with a.lead("blk", "a", ttl=1):
+            async with a.election("blk", ttl=1, value="a"):
                 faulty.hang_keep_alive = True
                 await anyio.sleep(30)
 
@@ -133,14 +160,14 @@ async def test_lead_block_is_cancelled_on_loss(store_url: str) -> None:
 def test_sync_api(store_url: str) -> None:
     with tenure.connect(store_url) as a, tenure.connect(store_url) as b:
         seen: list[Leader | None] = []
-        observing = b.observe("s")
+        observing = b.election("s").observe()
         seen.append(next(observing))
-        with a.lead("s", "sync-leader", ttl=10) as lead:
+        with a.election("s", ttl=10, value="sync-leader") as lead:
             assert isinstance(lead, tenure.Leadership) and lead.value == "sync-leader"
             lead.proclaim("changed")
             while seen[-1] is None or seen[-1].value != "changed":
                 seen.append(next(observing))
-            assert b.leader("s") == seen[-1]
+            assert b.election("s").leader() == seen[-1]
         observing.close()
         assert seen[0] is None
         last = seen[-1]

@@ -60,17 +60,17 @@ def sibling(url: str) -> str:
 
 async def test_names_that_look_like_paths_are_separate_locks(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        leases = {name: await a.acquire(name, ttl=10, wait=False) for name in ODD_NAMES}
+        leases = {name: await a.lock(name, ttl=10).acquire(wait=False) for name in ODD_NAMES}
         assert len({lease.token for lease in leases.values()}) >= 1
         assert sorted(info.name for info in await b.locks()) == sorted(ODD_NAMES)
         for name, lease in leases.items():
             [info] = await b.locks(name)
             assert (info.name, info.token) == (name, lease.token)
             with pytest.raises(NotAcquired):
-                await b.acquire(name, ttl=10, wait=False)
+                await b.lock(name, ttl=10).acquire(wait=False)
         await leases["a"].release()  # frees "a" only: not "a/b", "a/", "a*" or "a:b"
         assert sorted(info.name for info in await b.locks()) == sorted(set(ODD_NAMES) - {"a"})
-        again = await b.acquire("a", ttl=10, wait=False)
+        again = await b.lock("a", ttl=10).acquire(wait=False)
         assert again.token > leases["a"].token
         await again.release()
         for name in ODD_NAMES[1:]:
@@ -82,9 +82,25 @@ async def test_bad_names_are_refused_before_the_store_is_touched(store_url: str)
     async with tenure.connect_async(store_url) as client:
         for bad in BAD_NAMES:
             with pytest.raises(InvalidArgument, match="lock name"):
-                await client.acquire(bad, ttl=5, wait=False)
+                await client.lock(bad, ttl=5).acquire(wait=False)
             with pytest.raises(InvalidArgument, match="lock name"):
                 await client.locks(bad)
+        assert await client.locks() == []
+
+
+# Each under a prefix a recipe keeps for its own locks: a plain lock may not take one.
+RESERVED_NAMES = ["semaphore/pool/0", "rwlock/doc/gate", "partitions/g/bell", "once:job/s1"]
+
+
+async def test_names_a_recipe_keeps_are_refused_for_plain_locks(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as client:
+        for name in RESERVED_NAMES:
+            with pytest.raises(InvalidArgument, match="for their own locks") as refused:
+                client.lock(name, ttl=5)
+            assert "\n" not in str(refused.value) and repr(name) in str(refused.value)
+        for near in ("semaphore", "semaphores/x", "my-rwlock/x", "once", "partitions-x"):
+            async with client.lock(near, ttl=5) as lease:  # only the prefixes themselves
+                lease.check()
         assert await client.locks() == []
 
 
@@ -132,8 +148,8 @@ async def test_job_names_that_look_like_paths_keep_separate_histories(store_url:
     jobs = ["a", "a/b", "a%2Fb", "../a", "a*"]
     async with tenure.connect_async(store_url) as client:
         for index, job in enumerate(jobs):
-            run = await client.claim(job, "s1", ttl=10)
-            await run.complete(index)
+            claim = await client.once(job, "s1", ttl=10).acquire()
+            await claim.complete(index)
         for index, job in enumerate(jobs):
             [slot] = await client.history(job)
             assert (slot.job, slot.slot, slot.exit_code) == (job, "s1", index)

@@ -31,24 +31,24 @@ async def _wait_until_freed(client: AsyncClient, name: str) -> None:
 async def test_a_crashed_holder_holds_the_name_back(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty, lock_delay=DELAY) as a, tenure.connect_async(store_url) as b:
-        first = await a.acquire("crash", ttl=1)
+        first = await a.lock("crash", ttl=1).acquire()
         faulty.hang_keep_alive = True  # a crash, as the store sees it: no more renewals
         stopped = anyio.current_time()
         await _wait_until_freed(b, "crash")
         freed = anyio.current_time()
-        [held] = await b.held_back("crash")
+        [held] = await b.lock_delays("crash")
         assert held.name == "crash" and held.token in (0, first.token)
         assert 0 < held.free_in <= DELAY + 0.5
-        assert [h.name for h in await b.held_back()] == ["crash"]
+        assert [h.name for h in await b.lock_delays()] == ["crash"]
         with pytest.raises(NotAcquired) as busy:
-            await b.acquire("crash", ttl=5, wait=False)
-        assert busy.value.holder is None
-        second = await b.acquire("crash", ttl=5, timeout=DELAY + 5)
+            await b.lock("crash", ttl=5).acquire(wait=False)
+        assert busy.value.lock is None
+        second = await b.lock("crash", ttl=5).acquire(timeout=DELAY + 5)
         granted = anyio.current_time()
         assert second.token > first.token
         assert granted - stopped >= DELAY, "granted before the lock-delay had passed"
         assert granted - freed < DELAY + 3, "the waiter was not served once the delay passed"
-        assert await b.held_back("crash") == []
+        assert await b.lock_delays("crash") == []
         await second.release()
 
 
@@ -57,16 +57,16 @@ async def test_a_release_frees_the_name_at_once(store_url: str) -> None:
         tenure.connect_async(store_url, lock_delay=60) as a,
         tenure.connect_async(store_url) as b,
     ):
-        lease = await a.acquire("clean", ttl=5)
+        lease = await a.lock("clean", ttl=5).acquire()
         await lease.release()
-        again = await b.acquire("clean", ttl=5, wait=False)
+        again = await b.lock("clean", ttl=5).acquire(wait=False)
         assert again.token > lease.token
-        assert await b.held_back() == []
+        assert await b.lock_delays() == []
         await again.release()
     async with tenure.connect_async(store_url) as c:  # closing a client is a release too
         async with tenure.connect_async(store_url, lock_delay=60) as d:
-            await d.acquire("closed", ttl=5)
-        (await c.acquire("closed", ttl=5, wait=False)).check()
+            await d.lock("closed", ttl=5).acquire()
+        (await c.lock("closed", ttl=5).acquire(wait=False)).check()
 
 
 async def test_queued_waiters_keep_their_order_through_the_delay(store_url: str) -> None:
@@ -77,10 +77,10 @@ async def test_queued_waiters_keep_their_order_through_the_delay(store_url: str)
         tenure.connect_async(store_url) as b,
         tenure.connect_async(store_url) as c,
     ):
-        await a.acquire("fifo", ttl=1)
+        await a.lock("fifo", ttl=1).acquire()
 
         async def take(client: AsyncClient, who: str) -> None:
-            lease = await client.acquire("fifo", ttl=5, timeout=15)
+            lease = await client.lock("fifo", ttl=5).acquire(timeout=15)
             order.append(who)
             await anyio.sleep(0.1)
             await lease.release()
@@ -144,12 +144,12 @@ async def test_a_campaign_may_hold_nothing_back(store_url: str) -> None:
     client's lock-delay."""
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty, lock_delay=DELAY) as a, tenure.connect_async(store_url) as b:
-        first = await a.campaign("no-delay", "a", ttl=1, lock_delay=0)
+        first = await a.election("no-delay", ttl=1, value="a", lock_delay=0).acquire()
         faulty.hang_keep_alive = True
         await _wait_until_freed(b, "no-delay")
-        assert await b.held_back("no-delay") == []
-        second = await b.campaign("no-delay", "b", ttl=5, timeout=DELAY / 2)
+        assert await b.lock_delays("no-delay") == []
+        second = await b.election("no-delay", ttl=5, value="b").acquire(timeout=DELAY / 2)
         assert second.term > first.term
-        await second.resign()
+        await second.release()
     with tenure.connect(store_url) as client, pytest.raises(tenure.InvalidArgument):
-        client.campaign("x", "v", ttl=5, lock_delay=-1)
+        client.election("x", ttl=5, value="v", lock_delay=-1)

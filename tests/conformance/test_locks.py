@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import tenure
-from tenure import AsyncClient, LeaseLost, NotAcquired
+from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant
 from tenure.testing import FaultyStore
@@ -24,19 +24,80 @@ async def test_exclusion_and_holder_info(store_url: str) -> None:
         tenure.connect_async(store_url, label="first") as a,
         tenure.connect_async(store_url) as b,
     ):
-        lease = await a.acquire("job", ttl=5)
+        lease = await a.lock("job", ttl=5).acquire()
         with pytest.raises(NotAcquired) as raised:
-            await b.acquire("job", ttl=5, wait=False)
-        holder = raised.value.holder
+            await b.lock("job", ttl=5).acquire(wait=False)
+        holder = raised.value.lock
         assert isinstance(holder, tenure.LockInfo)
         assert holder.token == lease.token and holder.holder.label == "first"
         assert 0 < holder.expires_in <= 5
         [info] = await b.locks()
         assert info.name == "job" and info.token == lease.token
         await lease.release()
-        again = await b.acquire("job", ttl=5, wait=False)
+        again = await b.lock("job", ttl=5).acquire(wait=False)
         assert again.token > lease.token
         await again.release()
+
+
+async def test_a_client_asking_again_for_a_lock_it_holds_is_refused_at_once(
+    store_url: str,
+) -> None:
+    """No reentry: the second ask would wait on the client's own grant, so it is refused before
+    anything reaches the store's queue, by a handle or a block alike."""
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lease = await a.lock("mine", ttl=5).acquire()
+        with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
+            await a.lock("mine", ttl=5).acquire()  # it would wait, for ever: refused
+        with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
+            async with a.lock("mine", ttl=5, timeout=30):
+                pass
+        [info] = await b.locks("mine")
+        assert (info.token, info.waiters) == (lease.token, 0)
+        await lease.release()
+        again = await a.lock("mine", ttl=5).acquire(wait=False)  # released: its own to take
+        assert again.token > lease.token
+        await again.release()
+
+
+async def test_a_handle_holds_one_grant_and_release_gives_it_back(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        lock = a.lock("one", ttl=5)
+        await lock.release()  # holding nothing: a no-op
+        first = await lock.acquire()
+        with pytest.raises(InvalidArgument, match="holds a grant already"):
+            await lock.acquire(wait=False)
+        assert [i.token for i in await b.locks("one")] == [first.token]  # still the one grant
+        await lock.release()
+        assert first.released and await b.locks("one") == []
+        second = await lock.acquire()  # the grant given back: the handle may take another
+        assert second.token > first.token
+        await second.release()  # released by the grant itself: the handle holds none either
+        third = await lock.acquire(wait=False)
+        assert third.token > second.token
+        await lock.release()
+        await lock.release()  # again: a no-op
+        assert third.released and await b.locks("one") == []
+
+
+async def test_acquire_s_wait_and_timeout_override_the_handle_s(store_url: str) -> None:
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        held = await a.lock("defaults", ttl=5).acquire()
+        with pytest.raises(NotAcquired):  # the handle waits by default; this call does not
+            await b.lock("defaults", ttl=5, timeout=30).acquire(wait=False)
+        assert [i.waiters for i in await a.locks("defaults")] == [0]
+        patient = b.lock("defaults", ttl=5, wait=False)
+        got: list[tenure.AsyncLease] = []
+
+        async def wait_anyway() -> None:
+            got.append(await patient.acquire(wait=True, timeout=30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_anyway)
+            await wait_until_waiters(a, "defaults", 1)  # it waits, as this call says
+            await held.release()
+        [lease] = got
+        assert lease.token > held.token
+        await patient.release()
 
 
 async def test_tokens_strictly_increase_across_releases_clients_and_reopen(
@@ -82,10 +143,10 @@ async def test_locks_lists_only_the_names_under_a_prefix(store_url: str) -> None
 
 async def test_release_is_idempotent_and_never_frees_another_holder(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        first = await a.acquire("x", ttl=5)
+        first = await a.lock("x", ttl=5).acquire()
         await first.release()
         await first.release()  # no-op
-        second = await b.acquire("x", ttl=5, wait=False)
+        second = await b.lock("x", ttl=5).acquire(wait=False)
         await first.release()  # still a no-op: it must not free the second holder's lock
         [info] = await b.locks("x")
         assert info.token == second.token
@@ -134,7 +195,7 @@ async def test_waiters_are_served_in_arrival_order(store_url: str) -> None:
         clients = [
             await stack.enter_async_context(tenure.connect_async(store_url)) for _ in range(4)
         ]
-        lease = await holder_client.acquire("fifo", ttl=5)
+        lease = await holder_client.lock("fifo", ttl=5).acquire()
         async with anyio.create_task_group() as tg:
             for index, client in enumerate(clients):
 
@@ -160,7 +221,7 @@ async def wait_until_waiters(client: AsyncClient, name: str, count: int) -> None
 
 async def test_release_wakes_the_next_waiter_promptly(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        lease = await a.acquire("wake", ttl=30)
+        lease = await a.lock("wake", ttl=30).acquire()
         got: list[float] = []
 
         async def waiter() -> None:
@@ -178,10 +239,10 @@ async def test_release_wakes_the_next_waiter_promptly(store_url: str) -> None:
 
 async def test_timeout_gives_up_and_leaves_no_trace(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        lease = await a.acquire("t", ttl=5)
+        lease = await a.lock("t", ttl=5).acquire()
         start = anyio.current_time()
         with pytest.raises(NotAcquired):
-            await b.acquire("t", ttl=5, timeout=0.3)
+            await b.lock("t", ttl=5).acquire(timeout=0.3)
         assert 0.25 < anyio.current_time() - start < 3
         [info] = await a.locks("t")
         assert info.waiters == 0
@@ -190,15 +251,15 @@ async def test_timeout_gives_up_and_leaves_no_trace(store_url: str) -> None:
 
 async def test_cancelled_waiter_leaves_the_queue(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        lease = await a.acquire("c", ttl=5)
+        lease = await a.lock("c", ttl=5).acquire()
         with anyio.move_on_after(0.3):
-            await b.acquire("c", ttl=5)
+            await b.lock("c", ttl=5).acquire()
         [info] = await a.locks("c")
         assert info.waiters == 0
         await lease.release()
         # and the lock is free for a third party at once
         async with tenure.connect_async(store_url) as c:
-            (await c.acquire("c", ttl=5, wait=False)).check()
+            (await c.lock("c", ttl=5).acquire(wait=False)).check()
 
 
 async def test_crashed_holder_expires_and_next_token_is_higher(store_url: str) -> None:
@@ -206,10 +267,10 @@ async def test_crashed_holder_expires_and_next_token_is_higher(store_url: str) -
     faulty = FaultyStore(open_store(store_url))
     # About expiry, not lock-delay (test_lock_delay.py): the holder has none.
     async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
-        first = await a.acquire("crash", ttl=1)
+        first = await a.lock("crash", ttl=1).acquire()
         faulty.hang_keep_alive = True
         start = anyio.current_time()
-        second = await b.acquire("crash", ttl=1, timeout=5)
+        second = await b.lock("crash", ttl=1).acquire(timeout=5)
         waited = anyio.current_time() - start
         assert first.lost, "the holder must know it lost before another can be granted"
         assert second.token > first.token
@@ -241,7 +302,7 @@ async def test_loss_cancels_async_body_and_raises(store_url: str) -> None:
 async def test_store_saying_gone_is_loss_at_once(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as client:
-        lease = await client.acquire("gone", ttl=1.5)
+        lease = await client.lock("gone", ttl=1.5).acquire()
         faulty.drop_sessions = True
         with anyio.fail_after(1.4):  # the next renewal (ttl/3) learns it: before the deadline
             while not lease.lost:
@@ -252,7 +313,7 @@ async def test_store_saying_gone_is_loss_at_once(store_url: str) -> None:
 async def test_failing_renewals_are_retried_then_lost(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as client:
-        lease = await client.acquire("flaky", ttl=1.5)
+        lease = await client.lock("flaky", ttl=1.5).acquire()
         faulty.fail_keep_alive = True
         await anyio.sleep(0.8)
         faulty.fail_keep_alive = False  # the store comes back inside the window: still held
@@ -276,7 +337,7 @@ async def test_renewal_keeps_a_long_hold_alive(store_url: str) -> None:
 async def test_one_session_serves_many_locks(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty) as client:
-        leases = [await client.acquire(f"many-{i}", ttl=1.5) for i in range(20)]
+        leases = [await client.lock(f"many-{i}", ttl=1.5).acquire() for i in range(20)]
         await anyio.sleep(1.2)
         # ttl/3 = 0.5 s: about two renewals in 1.2 s, whatever the number of locks held
         assert 1 <= faulty.keep_alive_calls <= 4
@@ -291,7 +352,7 @@ def test_sync_api(store_url: str) -> None:
             assert isinstance(lease.token, int)
             lease.check()
             with pytest.raises(NotAcquired):
-                b.acquire("sync", ttl=5, wait=False)
+                b.lock("sync", ttl=5).acquire(wait=False)
         with b.lock("sync", ttl=5) as again:
             assert again.token > lease.token
         assert lease.released and not lease.lost
@@ -301,7 +362,7 @@ def test_sync_with_block_raises_when_lease_was_lost(store_url: str) -> None:
     import time
 
     faulty = FaultyStore(open_store(store_url))
-    client = tenure.Client(lambda: AsyncClient(faulty))
+    client = tenure.Client(faulty)
     try:
         seen: list[int] = []
         with pytest.raises(LeaseLost), client.lock("s", ttl=1) as lease:
@@ -359,7 +420,7 @@ async def test_body_errors_come_out_unwrapped(store_url: str) -> None:
         async with tenure.connect_async(store_url) as client, client.lock("err", ttl=5):
             raise KeyError("body")
     async with tenure.connect_async(store_url) as client:  # and the lock was released
-        (await client.acquire("err", ttl=5, wait=False)).check()
+        (await client.lock("err", ttl=5).acquire(wait=False)).check()
 
 
 @pytest.mark.parametrize(

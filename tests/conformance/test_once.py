@@ -8,7 +8,7 @@ import pytest
 
 import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StaleToken
-from tenure._once import Slot, record_key
+from tenure._once import SlotRecord, record_key
 from tenure._url import open_store
 from tenure.testing import FaultyStore
 
@@ -25,21 +25,26 @@ async def test_one_runner_then_done_for_everyone(url: str) -> None:
         tenure.connect_async(url, label="a") as a,
         tenure.connect_async(url, label="b") as b,
     ):
-        run = await a.claim("nightly", "2026-12-01", ttl=10)
-        assert run and run.state == "claimed" and run.attempt == 1 and run.token > 0
-        other = await b.claim("nightly", "2026-12-01", ttl=10)
+        claim = await a.once("nightly", "2026-12-01", ttl=10).acquire()
+        assert claim and claim.state == "claimed" and claim.attempt == 1 and claim.token > 0
+        other = await b.once("nightly", "2026-12-01", ttl=10).acquire()
         assert not other and other.state == "running"
-        assert other.slot is not None and other.slot.label == "a"
-        done = await run.complete(0)
-        assert (done.state, done.exit_code, done.token, done.attempts) == ("done", 0, run.token, 1)
-        later = await b.claim("nightly", "2026-12-01", ttl=10)
-        assert not later and later.state == "done" and later.slot == done
+        assert other.record is not None and other.record.label == "a"
+        done = await claim.complete(0)
+        assert (done.state, done.exit_code, done.token, done.attempts) == (
+            "done",
+            0,
+            claim.token,
+            1,
+        )
+        later = await b.once("nightly", "2026-12-01", ttl=10).acquire()
+        assert not later and later.state == "done" and later.record == done
         assert await a.locks() == []  # the slot's lock was released
         # A non-zero exit is an end too: recorded failed, not run again.
-        second = await b.claim("nightly", "2026-12-02", ttl=10)
+        second = await b.once("nightly", "2026-12-02", ttl=10).acquire()
         failed = await second.complete(3)
         assert (failed.state, failed.exit_code) == ("failed", 3)
-        assert (await a.claim("nightly", "2026-12-02", ttl=10)).state == "failed"
+        assert (await a.once("nightly", "2026-12-02", ttl=10).acquire()).state == "failed"
         history = await a.history("nightly")
         assert [(s.slot, s.state, s.label) for s in history] == [
             ("2026-12-01", "done", "a"),
@@ -53,9 +58,9 @@ async def test_at_least_once_runs_again_after_the_runner_lost_the_slot(url: str)
         tenure.connect_async(url, label="a") as a,
         tenure.connect_async(url, label="b") as b,
     ):
-        first = await a.claim("job", "s1", ttl=10)
+        first = await a.once("job", "s1", ttl=10).acquire()
         await first.abandon()  # as if it died: its lock is gone, its record says running
-        second = await b.claim("job", "s1", ttl=10)
+        second = await b.once("job", "s1", ttl=10).acquire()
         assert second and second.attempt == 2 and second.token > first.token
         await second.complete()
         slot = (await a.history("job"))[0]
@@ -67,30 +72,34 @@ async def test_at_most_once_marks_a_lost_attempt_failed(url: str) -> None:
         tenure.connect_async(url, label="a") as a,
         tenure.connect_async(url, label="b") as b,
     ):
-        first = await a.claim("job", "s1", ttl=10, policy="at-most-once")
+        first = await a.once("job", "s1", ttl=10, policy="at-most-once").acquire()
         await first.abandon()
-        second = await b.claim("job", "s1", ttl=10, policy="at-most-once")
+        second = await b.once("job", "s1", ttl=10, policy="at-most-once").acquire()
         assert not second and second.state == "failed"
-        assert second.slot is not None and "ended without recording" in (second.slot.error or "")
-        assert (await b.claim("job", "s1", ttl=10)).state == "failed"  # never started again
+        assert second.record is not None and "ended without recording" in (
+            second.record.error or ""
+        )
+        assert (
+            await b.once("job", "s1", ttl=10).acquire()
+        ).state == "failed"  # never started again
         assert (await a.history("job"))[0].attempts == 1
 
 
 async def test_a_completion_after_the_slot_was_claimed_again_is_refused(url: str) -> None:
     async with tenure.connect_async(url, label="a") as a:
-        run = await a.claim("job", "s1", ttl=10)
+        claim = await a.once("job", "s1", ttl=10).acquire()
         # Another runner took the slot over (its record moved on), as after a long pause.
         store = open_store(url)
         try:
             now = await store.read_record(record_key("job", "s1"))
             assert now is not None
-            newer = Slot.from_record(now)
-            taken = Slot(**{**newer.__dict__, "token": run.token + 1, "attempts": 2})
+            newer = SlotRecord.from_record(now)
+            taken = SlotRecord(**{**newer.__dict__, "token": claim.token + 1, "attempts": 2})
             assert await store.write_record(now.key, taken.to_json(), now.version) is not None
             with pytest.raises(StaleToken):
-                await run.complete(0)
+                await claim.complete(0)
             after = await store.read_record(now.key)
-            assert after is not None and Slot.from_record(after).state == "running"
+            assert after is not None and SlotRecord.from_record(after).state == "running"
         finally:
             await store.aclose()
 
@@ -98,13 +107,13 @@ async def test_a_completion_after_the_slot_was_claimed_again_is_refused(url: str
 async def test_a_lost_lease_records_nothing(url: str) -> None:
     store = FaultyStore(open_store(url))
     async with AsyncClient(store, label="a") as a:
-        run = await a.claim("job", "s1", ttl=1.0)
+        claim = await a.once("job", "s1", ttl=1.0).acquire()
         store.hang_keep_alive = True
         with anyio.fail_after(5):
-            while not run.lease or not run.lease.lost:
+            while not claim.lease or not claim.lease.lost:
                 await anyio.sleep(0.05)
         with pytest.raises(LeaseLost):
-            await run.complete(0)
+            await claim.complete(0)
         slot = (await a.history("job"))[0]
         assert slot.state == "running"  # at-least-once: the next claimant runs it again
 
@@ -112,13 +121,13 @@ async def test_a_lost_lease_records_nothing(url: str) -> None:
 async def test_the_block_form_records_the_exception(url: str) -> None:
     async with tenure.connect_async(url) as client:
         with pytest.raises(ZeroDivisionError):
-            async with client.once("job", "s1", ttl=10) as run:
-                assert run
+            async with client.once("job", "s1", ttl=10) as claim:
+                assert claim
                 1 / 0  # noqa: B018
         slot = (await client.history("job"))[0]
         assert slot.state == "failed" and "ZeroDivisionError" in (slot.error or "")
-        async with client.once("job", "s2", ttl=10) as run:
-            assert run
+        async with client.once("job", "s2", ttl=10) as claim:
+            assert claim
         async with client.once("job", "s2", ttl=10) as again:
             assert not again and again.state == "done"
         assert [s.state for s in await client.history("job")] == ["failed", "done"]
@@ -126,11 +135,11 @@ async def test_the_block_form_records_the_exception(url: str) -> None:
 
 def test_sync_client(url: str) -> None:
     with tenure.connect(url) as client:
-        with client.once("sync-job", "s1", ttl=10) as run:
-            assert run and run.lease is not None and run.token == run.lease.token
-        assert client.claim("sync-job", "s1", ttl=10).state == "done"
+        with client.once("sync-job", "s1", ttl=10) as claim:
+            assert claim and claim.lease is not None and claim.token == claim.lease.token
+        assert client.once("sync-job", "s1", ttl=10).acquire().state == "done"
         with pytest.raises(InvalidArgument):
-            client.claim("sync-job", "bad\nslot")
+            client.once("sync-job", "bad\nslot")
         with pytest.raises(InvalidArgument):
-            client.claim("sync-job", "s2", policy="sometimes")  # type: ignore[arg-type]
+            client.once("sync-job", "s2", policy="sometimes")  # type: ignore[arg-type]
         assert [s.state for s in client.history("sync-job")] == ["done"]

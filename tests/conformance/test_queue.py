@@ -57,7 +57,9 @@ async def test_a_waiter_whose_session_died_is_skipped(
     behind it is served as soon as the holder lets go, by a release or by its own expiry."""
     holder_ttl = 10.0 if holder_ends == "released" else DEAD_TTL + 1.5
     async with tenure.connect_async(store_url, label="alive") as alive:
-        (await alive.acquire("warm-up", ttl=10)).check()  # its session is open before the clock
+        (
+            await alive.lock("warm-up", ttl=10).acquire()
+        ).check()  # its session is open before the clock
         holder = await store.open_session(holder_ttl, Holder("h", 1, "holder"))
         holder_opened = anyio.current_time()
         dead = await store.open_session(DEAD_TTL, Holder("h", 2, "dead"))
@@ -119,7 +121,7 @@ async def test_a_release_wakes_exactly_one_waiter(store_url: str) -> None:
     async with AsyncExitStack() as stack:
         holder = await stack.enter_async_context(tenure.connect_async(store_url))
         waiters = [await stack.enter_async_context(AsyncClient(s)) for s in stores]
-        lease = await holder.acquire("one", ttl=30)
+        lease = await holder.lock("one", ttl=30).acquire()
         async with anyio.create_task_group() as tg:
             for index, client in enumerate(waiters):
 

@@ -34,7 +34,7 @@ async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
         async def reader(client: AsyncClient) -> None:
             nonlocal readers, most_readers
             for _ in range(3):
-                async with client.read_lock("doc", ttl=5, timeout=30) as lease:
+                async with client.rwlock("doc", ttl=5, timeout=30).read as lease:
                     assert lease.mode == "read" and lease.name == "doc"
                     readers += 1
                     most_readers = max(most_readers, readers)
@@ -46,8 +46,8 @@ async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
         async def writer(client: AsyncClient) -> None:
             nonlocal writers
             for _ in range(3):
-                async with client.write_lock("doc", ttl=5, timeout=30) as lease:
-                    assert lease.mode == "write" and lease.slot == -1
+                async with client.rwlock("doc", ttl=5, timeout=30).write as lease:
+                    assert lease.mode == "write" and lease.index == -1
                     writers += 1
                     if readers or writers > 1:
                         beside.append(f"writer {lease.token} beside {readers} readers")
@@ -69,13 +69,15 @@ async def test_a_held_read_lock_lets_other_readers_in(store_url: str) -> None:
         tenure.connect_async(store_url) as b,
         tenure.connect_async(store_url) as c,
     ):
-        first = await a.acquire_read("shared", ttl=5)
-        second = await b.acquire_read("shared", ttl=5, timeout=10)  # granted beside the first
-        third = await a.acquire_read("shared", ttl=5, timeout=10)
+        first = await a.rwlock("shared", ttl=5).read.acquire()
+        second = await b.rwlock("shared", ttl=5).read.acquire(
+            timeout=10
+        )  # granted beside the first
+        third = await a.rwlock("shared", ttl=5).read.acquire(timeout=10)
         assert not (first.lost or second.lost or third.lost)
-        assert len({first.slot, second.slot, third.slot}) == 3
+        assert len({first.index, second.index, third.index}) == 3
         with pytest.raises(NotAcquired):
-            await c.acquire_write("shared", ttl=5, wait=False)  # ...and a writer stays out
+            await c.rwlock("shared", ttl=5).write.acquire(wait=False)  # ...and a writer stays out
         for lease in (first, second, third):
             await lease.release()
 
@@ -87,12 +89,12 @@ async def test_a_writer_in_line_stops_the_readers_behind_it(store_url: str) -> N
         tenure.connect_async(store_url) as b,
         tenure.connect_async(store_url) as c,
     ):
-        first = await a.acquire_read("line", ttl=5)
+        first = await a.rwlock("line", ttl=5).read.acquire()
         tokens: dict[str, int] = {"first": first.token}
 
         async def take(client: AsyncClient, who: str, write: bool) -> None:
-            hold = client.write_lock if write else client.read_lock
-            async with hold("line", ttl=5, timeout=20) as lease:
+            lock = client.rwlock("line", ttl=5, timeout=20)
+            async with lock.write if write else lock.read as lease:
                 order.append(who)
                 tokens[who] = lease.token
                 await anyio.sleep(0.05)
@@ -112,14 +114,14 @@ async def test_a_writer_in_line_stops_the_readers_behind_it(store_url: str) -> N
 
 async def test_tokens_grow_in_grant_order_for_readers_and_writers(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        r1 = await a.acquire_read("order", ttl=5)
-        r2 = await b.acquire_read("order", ttl=5)
-        assert {r1.slot, r2.slot} == {0, 1} and r1.token < r2.token
+        r1 = await a.rwlock("order", ttl=5).read.acquire()
+        r2 = await b.rwlock("order", ttl=5).read.acquire()
+        assert {r1.index, r2.index} == {0, 1} and r1.token < r2.token
         for lease in (r1, r2):
             await lease.release()
-        w = await a.acquire_write("order", ttl=5)
+        w = await a.rwlock("order", ttl=5).write.acquire()
         await w.release()
-        r3 = await b.acquire_read("order", ttl=5)
+        r3 = await b.rwlock("order", ttl=5).read.acquire()
         assert r2.token < w.token < r3.token
         await r3.release()
         await r1.release()  # again: a no-op, not a release of anyone else's
@@ -129,11 +131,11 @@ async def test_tokens_grow_in_grant_order_for_readers_and_writers(store_url: str
 async def test_a_dead_readers_grant_comes_back_by_expiry(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
-        dead = await a.acquire_read("expiring", ttl=1, lock_delay=0)
+        dead = await a.rwlock("expiring", ttl=1, lock_delay=0).read.acquire()
         faulty.hang_keep_alive = True  # a crash, as the store sees it
         with pytest.raises(NotAcquired, match="readers"):
-            await b.acquire_write("expiring", ttl=5, wait=False)
-        writer = await b.acquire_write("expiring", ttl=5, timeout=10)
+            await b.rwlock("expiring", ttl=5).write.acquire(wait=False)
+        writer = await b.rwlock("expiring", ttl=5).write.acquire(timeout=10)
         assert dead.lost and writer.token > dead.token
         await writer.release()
 
@@ -141,56 +143,56 @@ async def test_a_dead_readers_grant_comes_back_by_expiry(store_url: str) -> None
 async def test_a_dead_writers_grant_comes_back_by_expiry(store_url: str) -> None:
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty, lock_delay=0) as a, tenure.connect_async(store_url) as b:
-        dead = await a.acquire_write("gone", ttl=1, lock_delay=0)
+        dead = await a.rwlock("gone", ttl=1, lock_delay=0).write.acquire()
         faulty.hang_keep_alive = True
         with pytest.raises(NotAcquired):
-            await b.acquire_read("gone", ttl=5, wait=False)
-        reader = await b.acquire_read("gone", ttl=5, timeout=10)
+            await b.rwlock("gone", ttl=5).read.acquire(wait=False)
+        reader = await b.rwlock("gone", ttl=5).read.acquire(timeout=10)
         assert dead.lost and reader.token > dead.token
         await reader.release()
 
 
 async def test_waiters_that_give_up_leave_no_trace(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        reader = await a.acquire_read("busy", ttl=5)
+        reader = await a.rwlock("busy", ttl=5).read.acquire()
         with pytest.raises(NotAcquired, match="readers still hold it"):
-            await b.acquire_write("busy", ttl=5, timeout=0.3)
+            await b.rwlock("busy", ttl=5).write.acquire(timeout=0.3)
         with anyio.move_on_after(0.3):  # cancelled while waiting
-            await b.acquire_write("busy", ttl=5)
+            await b.rwlock("busy", ttl=5).write.acquire()
         infos = await a.locks(prefix="rwlock/busy/")
         assert [(i.name, i.waiters) for i in infos] == [("rwlock/busy/0", 0)]
         await reader.release()
-        writer = await a.acquire_write("busy", ttl=5, wait=False)  # nobody is ahead
+        writer = await a.rwlock("busy", ttl=5).write.acquire(wait=False)  # nobody is ahead
         with pytest.raises(NotAcquired):
-            await b.acquire_read("busy", ttl=5, timeout=0.3)
+            await b.rwlock("busy", ttl=5).read.acquire(timeout=0.3)
         await writer.release()
         assert await a.locks(prefix="rwlock/busy/") == []
 
 
 async def test_readers_beyond_the_count_wait(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
-        two = [await a.acquire_read("few", ttl=5, readers=2) for _ in range(2)]
+        two = [await a.rwlock("few", ttl=5, readers=2).read.acquire() for _ in range(2)]
         with pytest.raises(NotAcquired, match="all 2 readers"):
-            await b.acquire_read("few", ttl=5, readers=2, timeout=0.3)
+            await b.rwlock("few", ttl=5, readers=2).read.acquire(timeout=0.3)
         await two[0].release()
-        third = await b.acquire_read("few", ttl=5, readers=2, timeout=5)
-        assert third.slot == two[0].slot
+        third = await b.rwlock("few", ttl=5, readers=2).read.acquire(timeout=5)
+        assert third.index == two[0].index
         for lease in (third, two[1]):
             await lease.release()
 
 
 async def test_no_reentry_and_no_upgrade(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a:
-        reader = await a.acquire_read("mine", ttl=5)
+        reader = await a.rwlock("mine", ttl=5).read.acquire()
         with pytest.raises(InvalidArgument, match=r"holds the read lock of 'mine'.*no upgrade"):
-            await a.acquire_write("mine", ttl=5)
-        again = await a.acquire_read("mine", ttl=5)  # another reader: fine
+            await a.rwlock("mine", ttl=5).write.acquire()
+        again = await a.rwlock("mine", ttl=5).read.acquire()  # another reader: fine
         for lease in (again, reader):
             await lease.release()
-        writer = await a.acquire_write("mine", ttl=5)
-        for take in (a.acquire_read, a.acquire_write):
+        writer = await a.rwlock("mine", ttl=5).write.acquire()
+        for side in (a.rwlock("mine", ttl=5).read, a.rwlock("mine", ttl=5).write):
             with pytest.raises(InvalidArgument, match="holds the write lock"):
-                await take("mine", ttl=5)
+                await side.acquire()
         await writer.release()
         assert await a.locks(prefix="rwlock/mine/") == []
 
@@ -199,20 +201,18 @@ def test_bad_reader_counts_are_refused(store_url: str) -> None:
     with tenure.connect(store_url) as client:
         for readers in (0, -1, 1.5, True, "3", 10_000):
             with pytest.raises(InvalidArgument, match="readers"):
-                client.acquire_read("bad", ttl=5, readers=readers)  # type: ignore[typeddict-item]
-        with pytest.raises(InvalidArgument, match="readers"):
-            client.read_lock("bad", ttl=5, readers=0)
+                client.rwlock("bad", ttl=5, readers=readers)  # type: ignore[arg-type]
         assert client.locks(prefix="rwlock/") == []
 
 
 def test_the_sync_read_write_lock(store_url: str) -> None:
     with tenure.connect(store_url) as a, tenure.connect(store_url) as b:
-        with a.read_lock("sync", ttl=5) as read, a.read_lock("sync", ttl=5) as other:
+        with a.rwlock("sync", ttl=5).read as read, a.rwlock("sync", ttl=5).read as other:
             assert isinstance(read, tenure.RWLease) and read.mode == "read"
             assert read.token < other.token
             with pytest.raises(NotAcquired):
-                b.acquire_write("sync", ttl=5, wait=False)
-        with b.write_lock("sync", ttl=5) as write:
+                b.rwlock("sync", ttl=5).write.acquire(wait=False)
+        with b.rwlock("sync", ttl=5).write as write:
             assert write.token > other.token and write.mode == "write"
             with pytest.raises(NotAcquired):
-                a.acquire_read("sync", ttl=5, wait=False)
+                a.rwlock("sync", ttl=5).read.acquire(wait=False)

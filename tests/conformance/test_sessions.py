@@ -48,7 +48,7 @@ async def test_closing_a_session_hands_its_locks_on(store_url: str) -> None:
         got: dict[str, tuple[float, int]] = {}
         async with anyio.create_task_group() as tg:
             async with tenure.connect_async(store_url, lock_delay=60) as a:
-                held = {name: (await a.acquire(name, ttl=30)).token for name in names}
+                held = {name: (await a.lock(name, ttl=30).acquire()).token for name in names}
 
                 async def waiter(name: str) -> None:
                     async with b.lock(name, ttl=30) as lease:
@@ -65,7 +65,7 @@ async def test_closing_a_session_hands_its_locks_on(store_url: str) -> None:
         for name in names:
             granted_at, token = got[name]
             assert granted_at - closed < 0.5 and token > held[name]
-        assert await b.held_back() == []
+        assert await b.lock_delays() == []
 
 
 def closed_port() -> int:
@@ -101,7 +101,7 @@ async def test_an_unreachable_store_is_one_line_without_the_password(entry: Stor
     with anyio.fail_after(10), pytest.raises(StoreUnavailable) as raised:  # gives up by itself
         async with tenure.connect_async(url) as client:
             assert "s3cret" not in client.url
-            await client.acquire("x", ttl=5, wait=False)
+            await client.lock("x", ttl=5).acquire(wait=False)
     message = str(raised.value)
     assert "\n" not in message and "s3cret" not in message
     assert f"127.0.0.1:{port}" in message  # where it tried
