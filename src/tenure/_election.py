@@ -22,7 +22,7 @@ from ._errors import InvalidArgument, LeaseLost
 from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import SAFETY_NAP, acquire
-from ._modes import io, io_iter
+from ._modes import current_caller, io, io_iter
 from ._names import check_plain
 from ._state import DEFAULT_TTL
 from ._values import Holder, LockInfo
@@ -192,12 +192,15 @@ class ElectionHandle(Handle[LS]):
     async def _take(self, wait: bool, timeout: float | None) -> LS:
         check_plain(self.name)  # (a recipe's own election may be followed, not led)
         elections_of(self._pool.store)
-        if self._pool.holds(self.name):
-            raise InvalidArgument(f"this client leads {self.name!r} already (no reentry)")
-        return await campaign(
+        caller = current_caller()
+        if self._pool.holds(self.name, caller):
+            raise InvalidArgument(f"this caller leads {self.name!r} already (no reentry)")
+        leadership = await campaign(
             self._pool, self.name, self.value, self.ttl, wait=wait, timeout=timeout,
             lock_delay=self.lock_delay, make=self._leadership,
         )  # fmt: skip
+        leadership.caller = caller
+        return leadership
 
     async def _leader(self) -> Leader | None:
         """The current leader (None if nobody leads)."""

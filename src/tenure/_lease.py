@@ -42,6 +42,8 @@ class LeaseBase:
         self._held = (name, token)
         """The lock the store holds for this grant (a recipe may show another name or token)."""
         self.ttl = keeper.state.timing.ttl
+        self.caller: object = None
+        """Who took the grant (a thread or task; see ``tenure._modes.current_caller``)."""
         self.released = False
         self._lost_reason: str | None = None
         self._callbacks: list[LostCallback] = []

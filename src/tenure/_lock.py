@@ -17,6 +17,7 @@ from ._arguments import check_arguments, check_timeout
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
 from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
+from ._modes import current_caller
 from ._names import check_plain
 from ._state import DEFAULT_TTL, Loss
 from .stores._spi import Busy, LockInfo
@@ -128,14 +129,17 @@ class LockHandle(Handle[L]):
         self.on_wait = on_wait
 
     async def _take(self, wait: bool, timeout: float | None) -> L:
-        if self._pool.holds(self.name):
+        caller = current_caller()
+        if self._pool.holds(self.name, caller):
             raise InvalidArgument(
-                f"this client holds lock {self.name!r} already: release it first (no reentry)"
+                f"this caller holds lock {self.name!r} already: release it first (no reentry)"
             )
-        return await acquire(
+        lease = await acquire(
             self._pool, self.name, self.ttl, wait=wait, timeout=timeout, on_wait=self.on_wait,
             make=self._lease, lock_delay=self.lock_delay,
         )  # fmt: skip
+        lease.caller = caller
+        return lease
 
 
 class AsyncLock(LockHandle[AsyncLease], AsyncHandle[AsyncLease]):

@@ -16,7 +16,9 @@ the loop they run on): it awaits the coroutine methods (``_release``, ``_acquire
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextvars import ContextVar
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -29,8 +31,20 @@ from typing import (
     overload,
 )
 
+import anyio
+
 if TYPE_CHECKING:
     from ._loop_thread import LoopThread
+
+_CALLER: ContextVar[tuple[str, int]] = ContextVar("tenure_caller")
+"""Who made a blocking call: its thread (the loop's task that runs it is not the caller)."""
+
+
+def current_caller() -> tuple[str, int]:
+    """The caller of the API now: the thread of a blocking call, else the current task. One
+    caller that asks for a lock it holds would wait on itself; another caller just waits."""
+    return _CALLER.get(None) or ("task", anyio.get_current_task().id)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,11 +85,16 @@ class Blocking:
         """``await func(*args, **kwargs)`` on the loop, waiting for it; interrupted (Ctrl-C),
         a grant it still made is given back there."""
         portal = self._portal()
+        caller = ("thread", threading.get_ident())
+
+        async def as_caller() -> R:
+            _CALLER.set(caller)  # in the loop's task that runs the call, for it alone
+            return await func(*args, **kwargs)
 
         def undo(late: object) -> None:
             portal.call(_give_back, late)
 
-        return portal.call(func, *args, on_late=undo, **kwargs)
+        return portal.call(as_caller, on_late=undo)
 
 
 class io(Generic[S, P, R]):

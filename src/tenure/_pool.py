@@ -77,11 +77,14 @@ class SessionPool:
             h for keeper in self._sessions.values() if not keeper.expired() for h in keeper.held()
         ]
 
-    def holds(self, name: str) -> bool:
-        """True if a live lease of this pool holds lock ``name`` (a lock is not taken twice by
-        one client: the second would wait on the first for ever)."""
+    def holds(self, name: str, caller: object) -> bool:
+        """True if a live lease of this pool taken by ``caller`` (a thread or task) holds lock
+        ``name``: asking again, it would wait on itself for ever."""
         return any(
-            isinstance(h, LeaseBase) and h.holds(name) and not (h.released or h.lost)
+            isinstance(h, LeaseBase)
+            and h.holds(name)
+            and h.caller == caller
+            and not (h.released or h.lost)
             for h in self.held()
         )
 
