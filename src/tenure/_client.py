@@ -106,7 +106,7 @@ class ClientBase:
         """Names free but kept from everyone by lock-delay now, and until when."""
         if name is not None:
             check_name(name)
-        return await self.store.held_back(name)
+        return await self.store.lock_delays(name)
 
     lock_delays = io(_lock_delays)
 

@@ -47,7 +47,7 @@ def check_value(value: object) -> str:
 
 @dataclass(frozen=True)
 class Leader:
-    """Who leads an election now: its term (the lease's token), value and session owner."""
+    """Who leads an election now: its term (the lease's token), value and holder."""
 
     name: str
     term: int
@@ -183,8 +183,8 @@ class ElectionHandle(Handle[LS]):
         ``lock_delay``: as for a lock."""
         check_arguments(name, ttl, timeout, pool.drift, pool.margin)
         pool.timing(ttl, lock_delay)
-        owner = pool.owner
-        self.value = check_value(f"{owner.host} pid {owner.pid}" if value is None else value)
+        holder = pool.holder
+        self.value = check_value(f"{holder.host} pid {holder.pid}" if value is None else value)
         super().__init__(pool, name, wait=wait, timeout=timeout)
         self.ttl = float(ttl)
         self.lock_delay = lock_delay

@@ -281,7 +281,7 @@ async def claim(
         current = SlotRecord.from_record(now) if now else None
         return claim(current.state if current else "running", current)
     try:
-        return await _claim_held(store, pool.owner, key, job, slot, lease, policy, claim)
+        return await _claim_held(store, pool.holder, key, job, slot, lease, policy, claim)
     except BaseException:
         await lease._release()
         raise

@@ -27,7 +27,7 @@ class SessionPool:
     def __init__(
         self,
         store: Store,
-        owner: Holder,
+        holder: Holder,
         clock: Clock,
         drift: float,
         margin: float,
@@ -37,7 +37,7 @@ class SessionPool:
         self.store = store
         self.portal = portal
         """The event-loop thread a sync client runs on (None: an async client)."""
-        self.owner = owner
+        self.holder = holder
         self.clock = clock
         self.drift = drift
         self.margin = margin
@@ -65,7 +65,7 @@ class SessionPool:
         async with self._lock:
             keeper = self._sessions.get(key)
             if keeper is None or keeper.expired():
-                keeper = await SessionKeeper.open(self.store, timing, self.owner, self.clock)
+                keeper = await SessionKeeper.open(self.store, timing, self.holder, self.clock)
                 keeper.portal = self.portal
                 self._sessions[key] = keeper
                 self._tg.start_soon(keeper.run)

@@ -180,7 +180,7 @@ async def _gate(
 async def _readers_now(pool: SessionPool, name: str) -> list[str]:
     """The reader slots held or held back now (with the gate held, no reader takes another)."""
     held = [info.name for info in await pool.store.locks(None, f"{PREFIX}{name}/")]
-    held += [back.name for back in await pool.store.held_back()]
+    held += [back.name for back in await pool.store.lock_delays()]
     return sorted({lock for lock in held if is_slot(lock, name)})
 
 

@@ -128,7 +128,7 @@ class Store(ABC):
         ``lock_delay`` seconds after the end, judged by the store's own state and clock; it
         may start later than the end, never earlier. ``release`` and ``close_session`` free a
         name at once. Meanwhile ``attempt`` answers ``Busy`` with ``holder`` None, queued
-        waiters keep their places, and ``held_back`` lists the name."""
+        waiters keep their places, and ``lock_delays`` lists the name."""
 
     @abstractmethod
     async def keep_alive(self, session: Session) -> bool:
@@ -168,7 +168,7 @@ class Store(ABC):
         its own few locks among many (a partition group's members)."""
 
     @abstractmethod
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         """The names held back by lock-delay now (one, if ``name`` is given), none held."""
 
     @abstractmethod

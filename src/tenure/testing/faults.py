@@ -100,8 +100,8 @@ class FaultyStore(Store, Elections, Records):
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         return await self.inner.locks(name, prefix)
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
-        return await self.inner.held_back(name)
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
+        return await self.inner.lock_delays(name)
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
         if self.refuse_proclaims:  # the term ended at the store just before (as by expiry)

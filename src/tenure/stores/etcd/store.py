@@ -462,7 +462,7 @@ class EtcdStore(Store, Elections, Records):
             raise failed[0]
         return [found[lock] for lock in sorted(found)]
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         queues, helds = await self._read_locks(name)
         found: list[LockDelay] = []
         for lock, held in sorted(helds.items()):

@@ -279,7 +279,7 @@ class PostgresStore(Store, Elections, Records):
 
         return await self.commands.run(tx)
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         async def tx(conn: AsyncConnection[Any]) -> list[LockDelay]:
             cur = await conn.execute(self._q["held_back"], {"name": name})
             return [LockDelay(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]

@@ -358,7 +358,7 @@ class RedlockStore(Store, Elections):
         self._see(name, holder.token)
         return LockInfo(name, holder.token, holder.holder, expires, waiters, holder.value)
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         names = await self._names(name, "h", "listing held-back names")
         found = [await self._held(each) for each in names]
         return [held for held in found if held is not None]

@@ -170,7 +170,7 @@ class RedisStore(Store, Elections, Records):
         found = [await self.instance.info(each) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         names = [name] if name is not None else await self.instance.lock_names("h")
         found = [await self.instance.held(each) for each in names]
         return [held for held in found if held is not None]

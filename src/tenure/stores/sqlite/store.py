@@ -413,7 +413,7 @@ class SQLiteStore(Store, Elections, Records):
             found = [self._holder(self._db, each, now) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         with self._errors.on(sqlite3.Error):
             return self._held(self._db, REAL_CLOCK.now(), name)
 

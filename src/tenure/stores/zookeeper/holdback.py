@@ -131,7 +131,7 @@ async def release_marked(
             await conn.settled(session, lambda: client.delete_async(marker, stat.version))
 
 
-async def held_back(conn: Connections, name: str | None = None) -> list[LockDelay]:
+async def lock_delays(conn: Connections, name: str | None = None) -> list[LockDelay]:
     """The names whose marker holds them back now (``name`` only, if given)."""
     k = kazoo()
     root = conn.paths.root

@@ -390,8 +390,8 @@ class ZooKeeperStore(Store, Elections, Records):
                 found.append(info)
         return found
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
-        return await holdback.held_back(self._conn, name)
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
+        return await holdback.lock_delays(self._conn, name)
 
     # -- leader election -------------------------------------------------------------------
 
