@@ -96,7 +96,7 @@ class Space:
         waiters = len(self.queues.get(name, ()))
         return LockInfo(name, held.token, lease.owner, lease.expires - now, waiters, held.value)
 
-    def held_back(self, name: str, now: float) -> LockDelay | None:
+    def lock_delays(self, name: str, now: float) -> LockDelay | None:
         token, until = self.held.get(name, (0, now))
         if until <= now:
             self.held.pop(name, None)

@@ -106,7 +106,7 @@ class MemoryStore(Store, Elections, Records):
             if lease is None:
                 raise LeaseLost("the session expired")
             holder = space.holder(name, now)
-            held = space.held_back(name, now) if holder is None else None
+            held = space.lock_delays(name, now) if holder is None else None
             head = space.head(name)
             if holder is None and held is None and (head is None or head is ticket):
                 if ticket is not None:  # the next in line sleeps on: the name is taken
@@ -150,10 +150,10 @@ class MemoryStore(Store, Elections, Records):
             found = [self._space.holder(each, now) for each in names if each.startswith(prefix)]
         return [info for info in found if info is not None]
 
-    async def held_back(self, name: str | None = None) -> list[LockDelay]:
+    async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         with self._space.changing() as now:
             names = sorted(self._space.held) if name is None else [name]
-            found = [self._space.held_back(each, now) for each in names]
+            found = [self._space.lock_delays(each, now) for each in names]
         return [held for held in found if held is not None]
 
     async def aclose(self) -> None:
