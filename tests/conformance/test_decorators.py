@@ -1,6 +1,7 @@
-"""The decorators on every store: ``exclusive`` runs the function only while holding the lock
-(skipped, visibly, while another holds it; cancelled on loss in async code) and ``once_per``
-runs it once per slot (done, failed with the function's exception, skipped after)."""
+"""The decorator form of every handle, on every store: ``@client.lock(...)`` runs the function
+only while holding the lock (skipped, visibly, while another holds it; cancelled on loss in async
+code), ``@client.once(...)`` runs it once per slot (done, failed with the function's exception,
+skipped after), and the other handles hold their grant for each call the same way."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from tenure.testing import FaultyStore
 
 
 @pytest.mark.anyio
-async def test_exclusive_runs_one_call_at_a_time_and_says_who_skipped(store_url: str) -> None:
+async def test_a_decorated_lock_runs_one_call_at_a_time_and_says_who_skipped(
+    store_url: str,
+) -> None:
     async with (
         tenure.connect_async(store_url, label="a") as a,
         tenure.connect_async(store_url, label="b") as b,
@@ -44,7 +47,7 @@ async def test_exclusive_runs_one_call_at_a_time_and_says_who_skipped(store_url:
 
 
 @pytest.mark.anyio
-async def test_exclusive_cancels_an_async_call_whose_lease_is_lost(store_url: str) -> None:
+async def test_a_decorated_lock_cancels_an_async_call_whose_lease_is_lost(store_url: str) -> None:
     store = FaultyStore(open_store(store_url))
     async with AsyncClient(store, label="a") as a:
         reached_the_end = False
@@ -100,7 +103,9 @@ async def test_every_handle_decorates_a_function_given_its_grant(store_url: str)
         @a.election("chief", ttl=10, value="a", wait=False)
         async def leading(leadership: tenure.AsyncLeadership | None = None) -> int:
             assert leadership is not None
-            assert await b.election("chief").leader() == Leader("chief", leadership.term, "a", a.holder)
+            assert await b.election("chief").leader() == Leader(
+                "chief", leadership.term, "a", a.holder
+            )
             grants.append(leadership)
             return leadership.term
 
@@ -130,7 +135,7 @@ async def test_every_handle_decorates_a_function_given_its_grant(store_url: str)
 
 @pytest.mark.anyio
 @pytest.mark.offers("records")
-async def test_once_per_runs_each_slot_once_and_records_the_function_s_fate(
+async def test_a_decorated_once_runs_each_slot_once_and_records_the_function_s_fate(
     store_url: str,
 ) -> None:
     async with (
@@ -200,3 +205,12 @@ def test_the_sync_decorators_hold_and_record_as_the_async_ones(store_url: str) -
         later = nightly()
         assert isinstance(later, Skipped) and later.reason == "done"
         assert [s.state for s in b.history("sync-nightly")] == ["done"]
+
+        @a.election("sync-chief", ttl=10, value="a", wait=False)
+        def chief(leadership: tenure.Leadership | None = None) -> int:
+            assert leadership is not None and b.election("sync-chief").leader() is not None
+            return leadership.term
+
+        assert chief() >= 1 and b.election("sync-chief").leader() is None  # stepped down
+        with b.election("sync-chief", ttl=10, value="b"):
+            assert isinstance(chief(), Skipped)

@@ -1,4 +1,5 @@
-"""Leader election on every store: terms, values, resign, loss before the next term, observe."""
+"""Leader election on every store: terms, values, stepping down, loss before the next term,
+observe, no reentry."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tenure.testing import FaultyStore
 pytestmark = pytest.mark.anyio
 
 
-async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
+async def test_acquire_leader_release_and_rising_terms(store_url: str) -> None:
     async with (
         tenure.connect_async(store_url, label="a") as a,
         tenure.connect_async(store_url, label="b") as b,
@@ -40,7 +41,9 @@ async def test_campaign_leader_resign_and_rising_terms(store_url: str) -> None:
                 won.append(await b.election("e", ttl=10, value="host-b").acquire())
 
             tg.start_soon(follower)
-            await anyio.sleep(0.2)
+            with anyio.fail_after(10):  # until the follower waits in line
+                while not (infos := await a.locks("e")) or not infos[0].waiters:
+                    await anyio.sleep(0.01)
             assert not won
             await first.release()
         [second] = won
@@ -62,7 +65,7 @@ async def test_proclaim_keeps_the_term(store_url: str) -> None:
             await lead.proclaim("too late")
 
 
-async def test_a_leader_campaigning_again_is_refused_at_once(store_url: str) -> None:
+async def test_a_leader_asking_to_lead_again_is_refused_at_once(store_url: str) -> None:
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
         lead = await a.election("again", ttl=10, value="a").acquire()
         with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
@@ -72,10 +75,19 @@ async def test_a_leader_campaigning_again_is_refused_at_once(store_url: str) -> 
                 pass
         assert await b.election("again").leader() == Leader("again", lead.term, "a", a.holder)
         assert [i.waiters for i in await b.locks("again")] == [0]
-        await lead.release()
-        again = await a.election("again", ttl=10, value="a").acquire(wait=False)
-        assert again.term > lead.term
-        await again.release()
+        won: list[int] = []
+
+        async def another_task() -> None:  # of the same client: it waits its turn
+            async with a.election("again", ttl=10, value="a's other task") as next_term:
+                won.append(next_term.term)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(another_task)
+            with anyio.fail_after(10):
+                while not (await b.locks("again"))[0].waiters:
+                    await anyio.sleep(0.01)
+            await lead.release()
+        assert won and won[0] > lead.term
 
 
 async def test_a_recipe_s_lock_may_be_followed_but_not_led(store_url: str) -> None:

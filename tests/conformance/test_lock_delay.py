@@ -138,10 +138,10 @@ def test_bad_lock_delays_are_refused(store_url: str, delay: object) -> None:
 
 
 @pytest.mark.offers("elections")
-async def test_a_campaign_may_hold_nothing_back(store_url: str) -> None:
-    """``campaign(lock_delay=0)`` (Celery beat's: each of its sends is a claim of its own): a
-    leader that dies frees the election once the store ends its session, whatever the
-    client's lock-delay."""
+async def test_an_election_may_hold_nothing_back(store_url: str) -> None:
+    """``client.election(name, lock_delay=0)`` (Celery beat's: each of its sends is a claim of
+    its own): a leader that dies frees the election once the store ends its session, whatever
+    the client's lock-delay."""
     faulty = FaultyStore(open_store(store_url))
     async with AsyncClient(faulty, lock_delay=DELAY) as a, tenure.connect_async(store_url) as b:
         first = await a.election("no-delay", ttl=1, value="a", lock_delay=0).acquire()

@@ -4,6 +4,7 @@ queueing."""
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -39,11 +40,12 @@ async def test_exclusion_and_holder_info(store_url: str) -> None:
         await again.release()
 
 
-async def test_a_client_asking_again_for_a_lock_it_holds_is_refused_at_once(
+async def test_a_caller_asking_again_for_a_lock_it_holds_is_refused_at_once(
     store_url: str,
 ) -> None:
-    """No reentry: the second ask would wait on the client's own grant, so it is refused before
-    anything reaches the store's queue, by a handle or a block alike."""
+    """No reentry: the task holding a lock that asks for it again would wait on itself, so it
+    is refused before anything reaches the store's queue, by a handle or a block alike; another
+    task of the same client just waits its turn."""
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
         lease = await a.lock("mine", ttl=5).acquire()
         with anyio.fail_after(5), pytest.raises(InvalidArgument, match="no reentry"):
@@ -53,10 +55,46 @@ async def test_a_client_asking_again_for_a_lock_it_holds_is_refused_at_once(
                 pass
         [info] = await b.locks("mine")
         assert (info.token, info.waiters) == (lease.token, 0)
-        await lease.release()
-        again = await a.lock("mine", ttl=5).acquire(wait=False)  # released: its own to take
-        assert again.token > lease.token
-        await again.release()
+
+        async def elsewhere() -> None:
+            with pytest.raises(NotAcquired):  # another task: not reentry, the lock is held
+                await a.lock("mine", ttl=5).acquire(wait=False)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elsewhere)
+        got: list[int] = []
+
+        async def other_task() -> None:
+            async with a.lock("mine", ttl=5) as next_lease:
+                got.append(next_lease.token)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_task)
+            await wait_until_waiters(b, "mine", 1)
+            await lease.release()
+        assert got and got[0] > lease.token
+
+
+def test_a_sync_client_s_threads_are_callers_of_their_own(store_url: str) -> None:
+    with tenure.connect(store_url) as client, client.lock("threads", ttl=5) as lease:
+        with pytest.raises(InvalidArgument, match="no reentry"):
+            client.lock("threads", ttl=5).acquire()
+        outcome: list[Exception | None] = []
+
+        def other_thread() -> None:
+            try:
+                client.lock("threads", ttl=5).acquire(wait=False)
+            except Exception as exc:  # handed to the test's thread
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(10)
+        [raised] = outcome
+        assert isinstance(raised, NotAcquired), raised  # held, not refused as reentry
+        lease.check()
 
 
 async def test_a_handle_holds_one_grant_and_release_gives_it_back(store_url: str) -> None:
