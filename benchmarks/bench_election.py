@@ -8,7 +8,7 @@ leader process campaigns and leads; a follower in this process campaigns and, on
 makes one fenced write (``tenure.fence`` on a local SQLite resource) with its term. Three ways
 for the leader to go:
 
-- resign: the leader resigns (graceful; the next leader is granted at once),
+- resign: the leader releases its leadership (graceful; the next leader is granted at once),
 - SIGKILL: the leader process is killed (the store expires its lease after the TTL),
 - partition: the leader's links to the store are blackholed (etcd, PostgreSQL; TCP proxies): the
   leader notices by its own deadline and the store expires its lease later — the gap between
@@ -50,12 +50,12 @@ LEADER = textwrap.dedent(
     import sys, time, tenure
     delay = None if sys.argv[3] == "default" else float(sys.argv[3])
     client = tenure.connect(sys.argv[1], lock_delay=delay)
-    lead = client.campaign("bench", "old", ttl=float(sys.argv[2]))
+    lead = client.election("bench", float(sys.argv[2]), value="old").acquire()
     lead.on_lost(lambda _: print("lost", time.monotonic(), flush=True))
     print("leading", lead.term, flush=True)
     if sys.stdin.readline().strip() == "resign":
         t = time.monotonic()
-        lead.resign()
+        lead.release()
         print("resigned", t, flush=True)
     time.sleep(60)
     """
@@ -162,9 +162,9 @@ def one_round(
                 start = time.monotonic()
                 for proxy in proxies:  # every link of the leader to the store
                     proxy.set_mode("blackhole")
-            lead = follower.campaign("bench", "new", ttl=ttl, timeout=30)
+            lead = follower.election("bench", value="new", ttl=ttl).acquire(timeout=30)
             written = fenced_write(resource, url, lead.term)  # one fence per store
-            lead.resign()
+            lead.release()
         lost_gap = None
         if how == "partition":
             line = leader.stdout.readline().split()

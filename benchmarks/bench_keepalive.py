@@ -51,7 +51,7 @@ async def measure(url: str, count: int) -> tuple[float, float, float, float]:
     store = TimedStore(open_store(url))
     async with AsyncClient(store) as client:
         start = time.perf_counter()
-        leases = [await client.acquire(f"held-{i}", TTL) for i in range(count)]
+        leases = [await client.lock(f"held-{i}", TTL).acquire() for i in range(count)]
         acquire_s = time.perf_counter() - start
         store.keep_alive_calls = 0
         store.latencies.clear()

@@ -102,13 +102,13 @@ TARGET_JAIN = 0.99
 
 DESCRIBE = {
     "tenure-async": "async with tenure.connect_async(url): permit = await "
-    "client.acquire_permit(name, N, ttl=30); await permit.release()",
-    "tenure-sync": "tenure.connect(url); permit = client.acquire_permit(name, N, ttl=30); "
+    "client.semaphore(name, N, ttl=30).acquire(); await permit.release()",
+    "tenure-sync": "tenure.connect(url); permit = client.semaphore(name, N, ttl=30).acquire(); "
     "permit.release()",
     "tenure-async-nowait": "tenure-async with wait=False: no arrival-order gate, takes the "
     "lowest free slot (one slot lock's grant + release)",
-    "tenure-lock-async": "not a semaphore: a plain tenure lock, await client.acquire(name, "
-    "ttl=30); await lease.release() (bench_stores.py's tenure-async row)",
+    "tenure-lock-async": "not a semaphore: a plain tenure lock, await client.lock(name, "
+    "ttl=30).acquire(); await lease.release() (bench_stores.py's tenure-async row)",
     "sqlite-floor": "bench_sqlite.py's floor: bare sqlite3 (WAL, synchronous=FULL), one lock's "
     "two write transactions (grant with a token counter, release)",
     "etcd-floor": "bench_stores.py's floor: httpx on the JSON gateway, one lock's two txns "
@@ -133,7 +133,7 @@ class SyncSem(Protocol):
 
 
 class TenureSem:
-    """tenure's sync client: ``acquire_permit`` / ``permit.release()``."""
+    """tenure's sync client: ``semaphore(...).acquire()`` / ``permit.release()``."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
         import tenure
@@ -143,8 +143,8 @@ class TenureSem:
         self._permit: tenure.Permit | None = None
 
     def acquire(self) -> tuple[int, int]:
-        self._permit = self._client.acquire_permit(NAME, self._permits, ttl=self._ttl)
-        return self._permit.slot, self._permit.token
+        self._permit = self._client.semaphore(NAME, self._permits, ttl=self._ttl).acquire()
+        return self._permit.index, self._permit.token
 
     def release(self) -> None:
         assert self._permit is not None
@@ -216,9 +216,9 @@ def worker_cycle(cfg: dict[str, Any]) -> dict[str, Any]:
 
             async def acquire() -> None:
                 if variant == "tenure-lock-async":
-                    held.append(await client.acquire(NAME, ttl=ttl))
+                    held.append(await client.lock(NAME, ttl=ttl).acquire())
                 else:
-                    held.append(await client.acquire_permit(NAME, permits, ttl=ttl, wait=wait))
+                    held.append(await client.semaphore(NAME, permits, ttl=ttl).acquire(wait=wait))
 
             async def release() -> None:
                 await held.pop().release()
@@ -264,7 +264,7 @@ def worker_cycle(cfg: dict[str, Any]) -> dict[str, Any]:
 def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
     """On the parent's go: ask, hold one permit for ``hold_s``, release, ask again, until the
     end. Stamps (asked, got, about to release) on CLOCK_MONOTONIC (one clock for every process
-    on Linux), with the permit's slot and token. tenure: ``with client.semaphore(...)``."""
+    on Linux), with the permit's index and token. tenure: ``with client.semaphore(...)``."""
     hold, permits, ttl = float(cfg["hold_s"]), int(cfg["permits"]), float(cfg["ttl"])
     mono = time.monotonic
     records: list[tuple[float, float, float, int, int]] = []
@@ -282,7 +282,7 @@ def worker_contend(cfg: dict[str, Any]) -> dict[str, Any]:
                     got = mono()
                     time.sleep(hold)
                     releasing = mono()
-                records.append((asked, got, releasing, permit.slot, permit.token))
+                records.append((asked, got, releasing, permit.index, permit.token))
             return {"records": records, "cpu_s": time.process_time() - cpu0}
         finally:
             client.close()

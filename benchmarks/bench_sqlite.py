@@ -76,8 +76,9 @@ CYCLE_VARIANTS = [
 CONTEND_VARIANTS = ["tenure-sync", "portalocker", "flock"]
 
 DESCRIBE = {
-    "tenure-sync": "tenure.connect(url); lease = client.acquire(name, ttl=30); lease.release()",
-    "tenure-async": "async with tenure.connect_async(url): await client.acquire(...); "
+    "tenure-sync": "tenure.connect(url); lease = client.lock(name, ttl=30).acquire(); "
+    "lease.release()",
+    "tenure-async": "async with tenure.connect_async(url): await client.lock(...).acquire(); "
     "await lease.release()",
     "sqlite-floor": "bare sqlite3, WAL + synchronous=FULL, 2 write transactions per cycle: "
     "BEGIN IMMEDIATE; INSERT..ON CONFLICT DO UPDATE counter RETURNING; INSERT lock row; COMMIT; "
@@ -116,7 +117,7 @@ class TenureLock:
         self._lease: tenure.Lease | None = None
 
     def acquire(self) -> None:
-        self._lease = self._client.acquire(LOCK_NAME, ttl=TTL)
+        self._lease = self._client.lock(LOCK_NAME, ttl=TTL).acquire()
 
     def release(self) -> None:
         assert self._lease is not None
@@ -228,7 +229,7 @@ class SyncHop:
         return None
 
     def acquire(self) -> None:
-        self._client._call(self._noop)  # the same call every sync method makes
+        self._client._run(self._noop)  # the same call every sync method makes
 
     release = acquire
 
@@ -276,7 +277,7 @@ def _cycle_async(workdir: Path, warmup: int, max_cycles: int, seconds: float) ->
 
             async def acquire() -> None:
                 nonlocal lease
-                lease = await client.acquire(LOCK_NAME, ttl=TTL)
+                lease = await client.lock(LOCK_NAME, ttl=TTL).acquire()
 
             async def release() -> None:
                 assert lease is not None
@@ -320,7 +321,7 @@ def worker_failover(cfg: dict[str, Any]) -> dict[str, Any]:
     with tenure.connect(url, lock_delay=cfg["lock_delay"]) as client:
         if cfg["role"] == "waiter":
             emit("asking")
-        lease = client.acquire(LOCK_NAME, ttl=FAILOVER_TTL)
+        lease = client.lock(LOCK_NAME, ttl=FAILOVER_TTL).acquire()
         got = time.monotonic()
         if cfg["role"] == "holder":
             emit(f"held {got!r}")

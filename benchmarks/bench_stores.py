@@ -142,9 +142,10 @@ PEER_MODULES = {
 }
 
 DESCRIBE = {
-    "tenure-async": "async with tenure.connect_async(url): lease = await client.acquire(name, "
-    "ttl=30); await lease.release()",
-    "tenure-sync": "tenure.connect(url); lease = client.acquire(name, ttl=30); lease.release()",
+    "tenure-async": "async with tenure.connect_async(url): lease = await client.lock(name, "
+    "ttl=30).acquire(); await lease.release()",
+    "tenure-sync": "tenure.connect(url); lease = client.lock(name, ttl=30).acquire(); "
+    "lease.release()",
     "etcd-floor": "httpx.AsyncClient on the JSON gateway, one etcd lease made up front, 2 txns "
     "per cycle: [put key with the lease + range(first by create revision)], "
     "[compare create_revision; delete]",
@@ -225,7 +226,7 @@ class TenureSync:
         self._lease: tenure.Lease | None = None
 
     def acquire(self) -> None:
-        self._lease = self._client.acquire(LOCK_NAME, ttl=self._ttl)
+        self._lease = self._client.lock(LOCK_NAME, ttl=self._ttl).acquire()
 
     def release(self) -> None:
         assert self._lease is not None
@@ -361,7 +362,7 @@ class TenureAsync:
         self._client = await self._stack.enter_async_context(tenure.connect_async(self._cfg["url"]))
 
     async def acquire(self) -> None:
-        self._lease = await self._client.acquire(LOCK_NAME, ttl=float(self._cfg["ttl"]))
+        self._lease = await self._client.lock(LOCK_NAME, ttl=float(self._cfg["ttl"])).acquire()
 
     async def release(self) -> None:
         await self._lease.release()

@@ -39,14 +39,15 @@ if __name__ == "__main__" and "SERVER" not in os.environ:
 client = tenure.connect(label=os.environ.get("SERVER", ""))  # $TENURE_STORE, else embedded
 
 
-@client.once_per("nightly-report", slot=lambda: datetime.date.today().isoformat(), ttl=60)
-def nightly_report(run: tenure.Run | None = None) -> str:
+@client.once("nightly-report", lambda: datetime.date.today().isoformat(), ttl=60)
+def nightly_report(claim: tenure.Claim | None = None) -> str:
     """Runs once per day across every server calling it; the others get a Skipped."""
-    assert run is not None
-    return f"wrote the report for {run.slot.slot if run.slot else '?'} (token {run.token})"
+    assert claim is not None
+    day = claim.record.slot if claim.record else "?"
+    return f"wrote the report for {day} (token {claim.token})"
 
 
-@client.exclusive("rebuild-index", ttl=30)
+@client.lock("rebuild-index", ttl=30, wait=False)
 def rebuild_index(lease: tenure.Lease | None = None) -> str:
     """Runs on one server at a time; a server that finds it running elsewhere skips it."""
     assert lease is not None

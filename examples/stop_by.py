@@ -38,13 +38,13 @@ def work(lease: tenure.Lease, jobs: queue.Queue[int], log: list[str]) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = FaultyStore.from_url(f"sqlite:///{Path(tmp) / 'locks.db'}")
-        client = tenure.Client(lambda: tenure.AsyncClient(store))
+        client = tenure.Client(store)
         try:
             jobs: queue.Queue[int] = queue.Queue()
             for job in range(100):
                 jobs.put(job)
             log: list[str] = []
-            lease = client.acquire("batch", ttl=3)
+            lease = client.lock("batch", ttl=3).acquire()
             lease.on_at_risk(lambda _: log.append("the lease says: renewals are overdue"))
             worker = threading.Thread(target=work, args=(lease, jobs, log))
             worker.start()

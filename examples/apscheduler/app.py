@@ -31,7 +31,8 @@ def report() -> None:
     (run,) = guard.runs("report")  # this fire time's claim: token, attempt, lease
     time.sleep(0.2)  # the work; send run.token with each write to a fenced resource
     run.lease.check()  # still ours (LeaseLost otherwise) before the result counts
-    print(f"{REPLICA} ran {run.slot.slot} (token {run.token}, attempt {run.attempt})", flush=True)
+    fire = run.record.slot if run.record else "?"
+    print(f"{REPLICA} ran {fire} (token {run.token}, attempt {run.attempt})", flush=True)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,11 @@ def test_guard_refuses_a_token_that_no_longer_holds(store_url: str) -> None:
         tenure.connect(store_url) as second,
     ):
         guard.setup()
-        old = first.acquire("g", ttl=5.0)
+        old = first.lock("g", ttl=5.0).acquire()
         guard.write(old.token, 0, 1, "first", guarded=True)
         assert guard.read() == 1
         old.release()
-        new = second.acquire("g", ttl=5.0)
+        new = second.lock("g", ttl=5.0).acquire()
         with pytest.raises(tenure.StaleToken):
             guard.write(old.token, 1, 2, "first", guarded=True)
         assert guard.read() == 1  # nothing written

@@ -278,7 +278,7 @@ def test_redis_clock_jump_unfenced_shows_violations(
     assert report.violations["lost-update"] >= 1, report.to_text()
 
 
-# -- leader election (the election log, written by leaders elected with campaign) ---------------
+# -- leader election (the election log, written by leaders of client.election) -----------------
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,27 @@ def test_bad_lock_names(cli: Cli, name: str, expected: str) -> None:
     assert not cli.db.exists()
 
 
+@pytest.mark.parametrize(
+    ("name", "kept_by"),
+    [
+        ("semaphore/X/0", "semaphores"),
+        ("rwlock/x", "read-write locks"),
+        ("partitions/g/a", "partition groups"),
+        ("once:job", "once-per-slot jobs"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "elect"])
+def test_reserved_lock_names_are_refused(cli: Cli, command: str, name: str, kept_by: str) -> None:
+    """A name a recipe keeps for its own locks (a semaphore's permit, say) is refused in one
+    line, exit 2: the command does not run and nothing is held."""
+    done = cli(command, "--store", cli.store, name, "--", "touch", "ran", cwd=cli.tmp)
+    assert done.returncode == 2
+    line = cli.one_error_line(done.stderr)
+    assert f"lock name {name!r} is under" in line and kept_by in line
+    assert not (cli.tmp / "ran").exists()
+    assert cli.locks() == []
+
+
 def test_usage_errors_are_one_line(cli: Cli) -> None:
     for args, expected in [
         (["run", "job"], "Missing argument 'COMMAND...'"),

@@ -57,8 +57,8 @@ def test_table_detail_and_json(cli: Cli) -> None:
     assert [entry["name"] for entry in data] == ["backup-nightly", "db"]
     cron = data[0]
     assert cron["token"] == 1 and cron["waiters"] == 0
-    assert cron["owner"]["pid"] == holders[0].pid and cron["owner"]["label"] == "cron"
-    assert isinstance(cron["owner"]["host"], str) and 0 < cron["expires_in"] <= 20
+    assert cron["holder"]["pid"] == holders[0].pid and cron["holder"]["label"] == "cron"
+    assert isinstance(cron["holder"]["host"], str) and 0 < cron["expires_in"] <= 20
     assert data[1]["waiters"] == 1
 
     detail = cli("ls", "--store", cli.store, "backup-nightly")

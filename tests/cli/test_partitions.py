@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tenure import LockInfo, Holder
+from tenure import Holder, LockInfo
 from tenure._partitions import assign
 from tenure.cli.partitions import read_map
 

@@ -64,7 +64,7 @@ def test_concurrent_runs_serialize_and_busy_is_75(cli: Cli) -> None:
         cwd=cli.tmp,
     )
     info = cli.until(lambda: cli.held("L"), what="the first run to hold L")
-    assert info["owner"]["pid"] == holder.pid and info["owner"]["label"] == "first"
+    assert info["holder"]["pid"] == holder.pid and info["holder"]["label"] == "first"
 
     busy = cli("run", "--store", cli.store, "--no-wait", "L", "--", "touch", "nowait-ran")
     assert busy.returncode == 75

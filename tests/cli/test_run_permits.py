@@ -63,6 +63,6 @@ def test_ls_says_how_many_permits_are_free(cli: Cli) -> None:
     import tenure
 
     with tenure.connect(cli.store) as client:
-        client.acquire_permit("api", 3, ttl=10)
+        client.semaphore("api", 3, ttl=10).acquire()
         listing = cli("ls", "--store", cli.store).stdout
     assert "semaphore 'api': 1 of 3 permits held (slots 0), 2 free, 0 waiting" in listing, listing

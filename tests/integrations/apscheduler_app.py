@@ -39,7 +39,7 @@ def main() -> None:
     def tick() -> None:
         if guard is not None:
             (run,) = guard.runs("tick")  # this run's claim: its slot is the fire time
-            fire = run.slot.slot if run.slot else "?"
+            fire = run.record.slot if run.record else "?"
         else:  # the scheduler fires at or just after the whole second
             fire = datetime.fromtimestamp(int(time.time()), timezone.utc).isoformat()
         os.write(out, f"start {fire} {os.getpid()}\n".encode())

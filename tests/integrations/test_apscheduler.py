@@ -125,7 +125,7 @@ def starts(tmp: Path) -> dict[float, list[int]]:
     return ran
 
 
-def history(store: str) -> dict[float, tenure.Slot]:
+def history(store: str) -> dict[float, tenure.SlotRecord]:
     with tenure.connect(store) as client:
         return {datetime.fromisoformat(s.slot).timestamp(): s for s in client.history(JOB)}
 

@@ -51,7 +51,7 @@ async def refusal(store: TLSStore, url: str, **options: str) -> str:
     store.prepare(opened)
     with pytest.raises(StoreUnavailable) as raised, anyio.fail_after(60):
         async with tenure.AsyncClient(opened) as client:
-            await client.acquire("x", ttl=2, wait=False)
+            await client.lock("x", ttl=2).acquire(wait=False)
     return one_line(raised.value)
 
 
@@ -75,7 +75,7 @@ async def test_the_right_ca_and_client_certificate_take_and_release_a_lock(
 ) -> None:
     files = (tls_files.ca, tls_files.client_cert, tls_files.client_key)
     async with tenure.connect_async(tls_store.url(*files)) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
+        lease = await client.lock("job", ttl=10).acquire(wait=False)
         assert lease.token > 0
         [info] = await client.locks()
         assert (info.name, info.token) == ("job", lease.token)
@@ -91,7 +91,7 @@ async def test_the_right_ca_and_client_certificate_take_and_release_a_lock(
 async def test_keyword_options_give_tls_too(tls_store: TLSStore, tls_files: TLSFiles) -> None:
     ca, cert, key = (str(tls_files.ca), str(tls_files.client_cert), str(tls_files.client_key))
     async with tenure.connect_async(tls_store.url(), ca=ca, cert=cert, key=key) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
+        lease = await client.lock("job", ttl=10).acquire(wait=False)
         assert lease.token > 0
         assert [info.token for info in await client.locks()] == [lease.token]
         await lease.release()
@@ -102,7 +102,7 @@ async def test_cli_ls_over_tls_with_the_options_in_the_url(
 ) -> None:
     url = tls_store.url(tls_files.ca, tls_files.client_cert, tls_files.client_key)
     async with tenure.connect_async(url) as client:
-        lease = await client.acquire("shown", ttl=30, wait=False)
+        lease = await client.lock("shown", ttl=30).acquire(wait=False)
         done = await cli("ls", "--json", "--store", url)
         await lease.release()
     assert done.returncode == 0, done.stderr
@@ -123,7 +123,7 @@ async def test_tls_without_a_ca_trusts_the_systems_roots_and_ca_only_itself(
     said(await refusal(tls_store, url), tls_store.wrong_ca)
     monkeypatch.setenv("SSL_CERT_FILE", str(tls_files.ca))
     async with tenure.connect_async(url) as client:
-        lease = await client.acquire("job", ttl=10, wait=False)
+        lease = await client.lock("job", ttl=10).acquire(wait=False)
         assert lease.token > 0
         await lease.release()
     wrong = tls_store.url(tls_files.wrong_ca, cert, key)

@@ -91,16 +91,21 @@ def test_a_store_error_half_way_loses_no_fire_time(
     scheduler = LeaderScheduler(app)
     client = scheduler.client
     scheduler.tick()  # leads; nothing due yet
-    claim = client.claim
+    once = client.once
     failed: list[str] = []
 
-    def flaky(job: str, slot: str, *args: object, **kwargs: object) -> object:
+    def flaky(job: str, slot: str, *args: object, **kwargs: object) -> tenure.Once:
+        handle = once(job, slot, *args, **kwargs)  # type: ignore[arg-type]
         if not failed:
             failed.append(slot)
-            raise tenure.StoreUnavailable("the store is away for a moment")
-        return claim(job, slot, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(client, "claim", flaky)
+            def away(**_: object) -> tenure.Claim:
+                raise tenure.StoreUnavailable("the store is away for a moment")
+
+            monkeypatch.setattr(handle, "acquire", away)
+        return handle
+
+    monkeypatch.setattr(client, "once", flaky)
     time.sleep(0.6)
     assert scheduler.tick() > 0  # the claim failed: try again soon
     time.sleep(0.1)

@@ -21,28 +21,28 @@ def test_each_client_decorates_its_own_kind_of_function(tmp_path: Path) -> None:
 
     with tenure.connect(url) as client:
         with pytest.raises(InvalidArgument, match="coroutine function: decorate it with the async"):
-            client.exclusive("job")(coroutine)
+            client.lock("job")(coroutine)
         with pytest.raises(InvalidArgument, match="coroutine function"):
-            client.once_per("job", slot="s")(coroutine)
+            client.once("job", "s")(coroutine)
         with pytest.raises(InvalidArgument, match="decorates a function"):
-            client.exclusive("job")(42)  # type: ignore[arg-type]
+            client.lock("job")(42)  # type: ignore[arg-type]
     async_client = tenure.AsyncClient(open_store(url))
     with pytest.raises(InvalidArgument, match="not a coroutine function: decorate it with"):
-        async_client.exclusive("job")(plain)  # type: ignore[arg-type]
+        async_client.lock("job")(plain)  # type: ignore[arg-type]
 
 
 def test_bad_names_ttls_and_slots_are_refused(tmp_path: Path) -> None:
     with tenure.connect(f"sqlite:///{tmp_path}/t.db") as client:
         with pytest.raises(InvalidArgument):
-            client.exclusive("")
+            client.lock("")
         with pytest.raises(InvalidArgument):
-            client.exclusive("job", ttl=-1)
+            client.lock("job", ttl=-1)
         with pytest.raises(InvalidArgument, match="slot must be a key or a function"):
-            client.once_per("job", slot=7)  # type: ignore[arg-type]
+            client.once("job", 7)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgument, match="policy"):
-            client.once_per("job", slot="s", policy="twice")  # type: ignore[arg-type]
+            client.once("job", "s", policy="twice")  # type: ignore[arg-type]
 
-        @client.once_per("job", slot=lambda: " padded ")
+        @client.once("job", lambda: " padded ")
         def job() -> None: ...
 
         with pytest.raises(InvalidArgument, match="slot key"):

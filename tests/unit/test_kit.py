@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tenure import InvalidArgument, Holder, StoreUnavailable
+from tenure import Holder, InvalidArgument, StoreUnavailable
 from tenure.stores._connect import NO_OPTIONS
 from tenure.stores._kit import (
     FOREIGN,

@@ -36,7 +36,7 @@ def test_too_much_grace_is_refused_naming_the_largest() -> None:
 def test_default_lock_delay_is_one_ttl_at_most_15s() -> None:
     assert default_lock_delay(3) == 3 and default_lock_delay(30) == 15
     assert Timing(3).lock_delay == 3 and Timing(3, lock_delay=0).lock_delay == 0
-    assert Timing(3).lock_delay is None  # as given
+    assert Timing(30).lock_delay == 15 and Timing(30, lock_delay=20).lock_delay == 20
 
 
 def test_at_risk_after_two_thirds_until_a_renewal_is_confirmed() -> None:

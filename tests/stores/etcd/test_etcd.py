@@ -86,11 +86,11 @@ async def test_a_and_a_slash_b_are_independent(etcd_store_url: str) -> None:
         a, b, c = [
             await stack.enter_async_context(tenure.connect_async(etcd_store_url)) for _ in "abc"
         ]
-        held_ab = await a.acquire("a/b", ttl=5)
-        held_a = await b.acquire("a", ttl=5, wait=False)  # not blocked by "a/b"
-        held_pct = await c.acquire("a%2Fb", ttl=5, wait=False)  # nor is the encoded look-alike
+        held_ab = await a.lock("a/b", ttl=5).acquire()
+        held_a = await b.lock("a", ttl=5).acquire(wait=False)  # not blocked by "a/b"
+        held_pct = await c.lock("a%2Fb", ttl=5).acquire(wait=False)  # nor is the encoded look-alike
         async with anyio.create_task_group() as tg:
-            tg.start_soon(c.acquire, "a/b", 5)  # one waiter on "a/b"
+            tg.start_soon(c.lock("a/b", 5).acquire)  # one waiter on "a/b"
             with anyio.fail_after(5):
                 while not (infos := await a.locks("a/b")) or infos[0].waiters < 1:
                     await anyio.sleep(0.01)
@@ -110,7 +110,7 @@ async def test_one_wake_up_and_one_attempt_per_release(etcd_store_url: str) -> N
         holder = await stack.enter_async_context(tenure.connect_async(etcd_store_url))
         stores = [CountingStore(EtcdStore.from_url(etcd_store_url)) for _ in range(waiters)]
         clients = [await stack.enter_async_context(AsyncClient(s)) for s in stores]
-        lease = await holder.acquire("herd", ttl=5)
+        lease = await holder.lock("herd", ttl=5).acquire()
         async with anyio.create_task_group() as tg:
             for index, client in enumerate(clients):
 
@@ -140,7 +140,7 @@ async def hold_through(etcd_cluster: EtcdCluster, url: str, fault: str) -> None:
             tenure.connect_async(first_dead) as client,
             tenure.connect_async(url) as rival,
         ):
-            lease = await client.acquire("hold", ttl=4)
+            lease = await client.lock("hold", ttl=4).acquire()
             if fault == "kill":
                 leader.kill()
             else:
@@ -150,10 +150,10 @@ async def hold_through(etcd_cluster: EtcdCluster, url: str, fault: str) -> None:
             [info] = await client.locks("hold")  # the client whose first member is down
             assert info.token == lease.token
             with pytest.raises(NotAcquired) as busy:
-                await rival.acquire("hold", ttl=4, wait=False)
-            assert busy.value.holder is not None and busy.value.holder.token == lease.token
+                await rival.lock("hold", ttl=4).acquire(wait=False)
+            assert busy.value.lock is not None and busy.value.lock.token == lease.token
             await lease.release()
-            again = await rival.acquire("hold", ttl=4, wait=False)
+            again = await rival.lock("hold", ttl=4).acquire(wait=False)
             assert again.token > lease.token
             await again.release()
     finally:
@@ -372,11 +372,11 @@ async def test_write_guard_applies_only_while_held(
     async with tenure.connect_async(etcd_store_url) as a, tenure.connect_async(etcd_store_url) as b:
         store = a.store
         assert isinstance(store, EtcdStore)
-        lease = await a.acquire("guard", ttl=5)
+        lease = await a.lock("guard", ttl=5).acquire()
         done = await store.guarded_txn("guard", lease.token, [put_op(target, "one")])
         assert done.held and done.revision > lease.token
         await lease.release()
-        newer = await b.acquire("guard", ttl=5)
+        newer = await b.lock("guard", ttl=5).acquire()
         stale = await store.guarded_txn(
             "guard", lease.token, [put_op(target, "stale")], failure=[get_op(target)]
         )
@@ -394,7 +394,7 @@ async def test_request_reads_the_key_a_grant_made(etcd_store_url: str) -> None:
     async with tenure.connect_async(etcd_store_url) as client:
         store = client.store
         assert isinstance(store, EtcdStore)
-        lease = await client.acquire("asked", ttl=5)
+        lease = await client.lock("asked", ttl=5).acquire()
         prefix = f"{store.namespace}/locks/asked/".encode()
         body = {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}
         [kv] = (await store.request("kv/range", body))["kvs"]
@@ -411,7 +411,7 @@ async def test_unreachable_endpoints_are_one_line_store_unavailable() -> None:
     start = time.monotonic()
     async with tenure.connect_async(url) as client:
         with pytest.raises(StoreUnavailable) as raised:
-            await client.acquire("x", ttl=5, wait=False)
+            await client.lock("x", ttl=5).acquire(wait=False)
     assert time.monotonic() - start < 3
     message = str(raised.value)
     assert "\n" not in message and "127.0.0.1:1" in message
@@ -589,7 +589,7 @@ async def test_the_hold_back_key_lives_on_its_own_lease_beside_the_queue(
             while await store.locks("h"):
                 await anyio.sleep(0.05)
         await store.close_session(session)  # too late to be a clean end
-        [held] = await store.held_back("h")
+        [held] = await store.lock_delays("h")
         assert held.token == second.token and 0 < held.free_in <= 2.5
     finally:
         await store.aclose()

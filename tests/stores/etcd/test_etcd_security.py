@@ -68,7 +68,7 @@ async def refusal(url: str, **options: Any) -> str:
     store._gw.budget = 3600
     with pytest.raises(StoreUnavailable) as raised, anyio.fail_after(60):
         async with tenure.AsyncClient(store) as client:
-            await client.acquire("x", ttl=5, wait=False)
+            await client.lock("x", ttl=5).acquire(wait=False)
     message = str(raised.value)
     assert "\n" not in message
     return message
@@ -89,7 +89,7 @@ def test_unknown_query_options_are_refused_in_one_line() -> None:
 
 async def hold_and_release(url: str, **options: str) -> None:
     async with tenure.connect_async(url, **options) as client:
-        lease = await client.acquire(f"auth-{uuid.uuid4().hex}", ttl=10, wait=False)
+        lease = await client.lock(f"auth-{uuid.uuid4().hex}", ttl=10).acquire(wait=False)
         assert lease.token > 0
         await lease.release()
 
@@ -195,7 +195,7 @@ async def test_an_expired_token_is_renewed_and_the_lock_stays_held(
 ) -> None:
     store = EtcdStore.from_url(auth_url(auth_etcd, tls_files, f"{USER}:{PASSWORD}@"))
     async with tenure.AsyncClient(store) as client:
-        lease = await client.acquire("long", ttl=3, wait=False)  # renewed every second
+        lease = await client.lock("long", ttl=3).acquire(wait=False)  # renewed every second
         first = store._gw._token
         assert first and store._gw.authentications == 1
         # etcd forgets a token unused for --auth-token-ttl (2 s); keep-alives need none.
@@ -204,7 +204,7 @@ async def test_an_expired_token_is_renewed_and_the_lock_stays_held(
         [info] = await client.locks()  # refused with the old token: a new one, sent again
         assert (info.name, info.token) == ("long", lease.token)
         assert store._gw.authentications == 2 and store._gw._token != first
-        second = await client.acquire("second", ttl=3, wait=False)
+        second = await client.lock("second", ttl=3).acquire(wait=False)
         assert second.token > lease.token
         await second.release()
         lease.check()
@@ -228,7 +228,9 @@ async def test_lock_a_slash_b_is_outside_lock_a_range(
     url = client_url(tls_etcd, tls_files)
     namespace = url.split("/")[3].split("?")[0]
     async with tenure.connect_async(url) as client:
-        leases = [await client.acquire(name, ttl=10, wait=False) for name in ("a", "a/b", "a/")]
+        leases = [
+            await client.lock(name, ttl=10).acquire(wait=False) for name in ("a", "a/b", "a/")
+        ]
         prefix = f"{namespace}/locks/a/".encode()
         end = prefix[:-1] + b"0"
         answer = tls_etcd.members[0].request(

@@ -20,6 +20,7 @@ import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
 from tenure.stores._spi import Busy, Grant
 from tenure.stores.postgres import PostgresStore
+from tenure.stores.postgres.watch import PostgresWatch
 from tenure.testing.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -76,7 +77,7 @@ async def test_tokens_strictly_increase_across_restart_and_crash(
     own_server.start()
     async with tenure.connect_async(url) as client:
         # A grant, then at once a crash: the token was committed before it was returned.
-        held = await client.acquire("durable", ttl=1)
+        held = await client.lock("durable", ttl=1).acquire()
         tokens.append(held.token)
         own_server.kill()
         own_server.start()
@@ -95,9 +96,9 @@ async def test_expiry_is_judged_by_the_servers_clock(postgres: PostgresServer) -
     url, schema = fresh_url(postgres)
     # No lock-delay: this test is about expiry (the delay's clock is tested below).
     async with tenure.connect_async(url, lock_delay=0) as a, tenure.connect_async(url) as b:
-        held = await a.acquire("clock", ttl=3)
+        held = await a.lock("clock", ttl=3).acquire()
         with pytest.raises(tenure.NotAcquired):
-            await b.acquire("clock", ttl=3, wait=False)
+            await b.lock("clock", ttl=3).acquire(wait=False)
         # The client still counts about 3 s; the server says the session expired a second ago.
         with psycopg.connect(postgres.dsn, autocommit=True) as db:
             db.execute(
@@ -106,7 +107,7 @@ async def test_expiry_is_judged_by_the_servers_clock(postgres: PostgresServer) -
                 ).format(psycopg.sql.Identifier(schema))
             )
         assert held.remaining() > 1
-        second = await b.acquire("clock", ttl=3, wait=False)
+        second = await b.lock("clock", ttl=3).acquire(wait=False)
         assert second.token > held.token
         # ...and the holder hears it at its next renewal (every ttl/3), before its deadline.
         with anyio.fail_after(1.5):
@@ -168,7 +169,7 @@ async def test_version_2_schema_is_upgraded_for_leader_election(postgres: Postgr
     url, schema = fresh_url(postgres)
     ident = psycopg.sql.Identifier(schema)
     async with tenure.connect_async(url) as client:
-        held = await client.acquire("kept", ttl=30)
+        held = await client.lock("kept", ttl=30).acquire()
         with psycopg.connect(postgres.dsn, autocommit=True) as db:  # back to version 2
             db.execute(
                 psycopg.sql.SQL(
@@ -198,7 +199,7 @@ async def test_version_3_schema_is_upgraded_for_lock_delay(postgres: PostgresSer
     url, schema = fresh_url(postgres)
     ident = psycopg.sql.Identifier(schema)
     async with tenure.connect_async(url) as client:
-        held = await client.acquire("kept", ttl=30)
+        held = await client.lock("kept", ttl=30).acquire()
         with psycopg.connect(postgres.dsn, autocommit=True) as db:  # back to version 3
             db.execute(
                 psycopg.sql.SQL(
@@ -211,7 +212,7 @@ async def test_version_3_schema_is_upgraded_for_lock_delay(postgres: PostgresSer
         try:
             [info] = await store.locks("kept")  # upgrades on connecting
             assert info.token == held.token
-            assert await store.held_back() == []
+            assert await store.lock_delays() == []
             session = await store.open_session(30, tenure.Holder("test", 1), lock_delay=5)
             outcome = await store.attempt(session, "new", None, enqueue=False)
             assert isinstance(outcome, Grant)
@@ -250,7 +251,7 @@ async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
                     "UPDATE {}.sessions SET expires = now() - interval '1 second'"
                 ).format(ident)
             )
-        [held] = await store.held_back("closed")
+        [held] = await store.lock_delays("closed")
         assert held.token == grants["closed"][1] and 2 < held.free_in <= 4
         dead, token = grants["closed"]
         await store.release(dead, "closed", token)  # too late: it ended without a release
@@ -268,7 +269,7 @@ async def test_lock_delay_is_judged_by_the_servers_clock_and_outlives_the_sweep(
             busy = await store.attempt(live, name, None, enqueue=False)
             assert isinstance(busy, Busy) and busy.holder is None
             assert busy.retry_in is not None and 2 < busy.retry_in <= 4
-        assert [h.name for h in await store.held_back()] == ["closed", "swept"]
+        assert [h.name for h in await store.lock_delays()] == ["closed", "swept"]
         await store.close_session(live)
     finally:
         await store.aclose()
@@ -406,7 +407,7 @@ async def test_a_release_wakes_exactly_one_waiter(postgres: PostgresServer) -> N
     async with AsyncExitStack() as stack:
         holder = await stack.enter_async_context(tenure.connect_async(url))
         waiters = [await stack.enter_async_context(tenure.connect_async(url)) for _ in range(4)]
-        lease = await holder.acquire("one", ttl=30)
+        lease = await holder.lock("one", ttl=30).acquire()
         async with anyio.create_task_group() as tg:
             for index, client in enumerate(waiters):
 
@@ -441,11 +442,11 @@ async def test_dead_waiter_is_skipped_promptly(postgres: PostgresServer) -> None
         f"""
         import tenure
         c = tenure.connect({url!r})
-        c.acquire("q", ttl=30)
+        c.lock("q", ttl=30).acquire()
         """
     )
     async with tenure.connect_async(url) as a, tenure.connect_async(url) as c:
-        lease = await a.acquire("q", ttl=30)
+        lease = await a.lock("q", ttl=30).acquire()
         dead = subprocess.Popen([sys.executable, "-c", script])
         try:
             await wait_until_waiters(a, "q", 1)
@@ -492,7 +493,7 @@ async def test_reconnects_after_the_server_comes_back(own_server: PostgresServer
     own_server.start()
     url, _ = fresh_url(own_server)
     async with tenure.connect_async(url) as a, tenure.connect_async(url) as b:
-        first = await a.acquire("back", ttl=30)
+        first = await a.lock("back", ttl=30).acquire()
         own_server.stop()
         with pytest.raises(StoreUnavailable) as raised:
             await b.locks()
@@ -528,7 +529,7 @@ async def test_changes_are_announced_only_while_watched(postgres: PostgresServer
     try:
         session = await store.open_session(30, tenure.Holder("test", 1))
         watch = await store.watch("quiet")
-        assert isinstance(watch, tenure.stores.postgres.PostgresWatch)
+        assert isinstance(watch, PostgresWatch)
         await watch.aclose()
         await watch.aclose()  # idempotent
         async with await psycopg.AsyncConnection.connect(postgres.dsn, autocommit=True) as db:

@@ -73,7 +73,7 @@ def auth_url(server: PostgresServer, files: TLSFiles, password: str | None = PAS
 def round_trip(url: str, **options: Any) -> int:
     """Acquire and release one lock; its token."""
     with tenure.connect(url, **options) as client:
-        lease = client.acquire("secured", ttl=10)
+        lease = client.lock("secured", ttl=10).acquire()
         token: int = lease.token
         assert client.locks("secured")[0].token == token
         lease.release()
@@ -187,7 +187,7 @@ def test_a_wrong_or_missing_password_is_one_line(
         (auth_url(auth_server, tls_files, None), "no password supplied"),
     ]:
         with tenure.connect(url) as client, pytest.raises(StoreUnavailable) as raised:
-            client.acquire("x", ttl=5)
+            client.lock("x", ttl=5).acquire()
         message = one_line(raised.value, PASSWORD)
         assert said in message and PASSWORD not in message
         done = run_cli("run", "--store", url, "x", "--", "true")
@@ -198,7 +198,7 @@ def test_a_wrong_or_missing_password_is_one_line(
 def test_the_password_is_shown_nowhere(auth_server: PostgresServer, tls_files: TLSFiles) -> None:
     url = auth_url(auth_server, tls_files)
     with tenure.connect(url) as client:
-        store = client._async.store
+        store = client.store
         assert "***" in client.url and PASSWORD not in client.url
         assert PASSWORD not in store.url + repr(store) + repr(client)
         with client.lock("held", ttl=30):
@@ -247,7 +247,7 @@ def test_two_schemas_do_not_see_each_others_locks(postgres: PostgresServer) -> N
         assert json.loads(done.stdout) == []  # b released; a's lock is not in b's schema
         with tenure.connect(base + cased) as c:
             assert c.locks() == []
-            assert c.acquire("shared", ttl=5, wait=False).token == 1
+            assert c.lock("shared", ttl=5).acquire(wait=False).token == 1
 
 
 def test_the_password_is_in_no_log_record(

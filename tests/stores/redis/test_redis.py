@@ -190,7 +190,7 @@ async def test_a_hold_back_outlives_its_session_by_the_lock_delay(
             # disagree by a millisecond of sampling (seen in CI: 3_001), never by the lock delay.
             assert 2_900 < pttl("h", "hb") - session_left <= 3_002
             assert redis_server.command("GET", f"{store.prefix}:h:hb") == str(token)
-            assert await store.held_back() == []  # held, not held back
+            assert await store.lock_delays() == []  # held, not held back
             assert await store.keep_alive(session)
         await store.release(session, "hb", token)  # a clean release frees the name at once
         assert pttl("h", "hb") == -2
@@ -212,7 +212,7 @@ async def test_a_session_of_the_earlier_protocol_has_no_lock_delay(
     try:
         token = await grant(store, old, "old")
         await until_gone(redis_server, f"{store.prefix}:s:{old.id}")
-        assert await store.held_back("old") == []
+        assert await store.lock_delays("old") == []
         assert await grant(store, new, "old") > token
     finally:
         await store.close_session(new)
@@ -234,7 +234,7 @@ async def test_the_servers_clock_judges_the_lock_delay() -> None:
             server.clock_jump(20)
             busy = await store.attempt(live, "delay", None, False)
             assert isinstance(busy, Busy) and busy.retry_in is not None and busy.retry_in <= 10.1
-            [held] = await store.held_back()
+            [held] = await store.lock_delays()
             assert held.name == "delay" and held.token == token and 5 < held.free_in <= 10.1
             server.clock_jump(15)
             assert await grant(store, live, "delay") > token
@@ -303,13 +303,13 @@ async def test_passwords_are_used_and_never_shown() -> None:
         assert "s3cret" not in str(raised.value) and "\n" not in str(raised.value)
     with RedisServer(password="s3cret-pw") as server:
         async with tenure.connect_async(server.url) as client:
-            lease = await client.acquire("pw", ttl=5)
+            lease = await client.lock("pw", ttl=5).acquire()
             assert "s3cret" not in client.store.url
             await lease.release()
         wrong = server.url.replace("s3cret-pw", "wrong-pw")
         with pytest.raises(StoreUnavailable) as raised:
             async with tenure.connect_async(wrong) as client:
-                await client.acquire("pw", ttl=5)
+                await client.lock("pw", ttl=5).acquire()
         assert "pw" not in str(raised.value).replace("'pw'", "")
 
 
@@ -367,7 +367,7 @@ async def test_redlock_grants_with_one_of_three_down_and_refuses_with_two(
         before = await one_grant(url)
         redlock_servers[2].kill()
         async with tenure.connect_async(url) as client:
-            lease = await client.acquire("r", ttl=5, wait=False)
+            lease = await client.lock("r", ttl=5).acquire(wait=False)
             assert lease.token > before
             [info] = await client.locks("r")
             assert info.token == lease.token
@@ -384,7 +384,7 @@ async def test_redlock_grants_with_one_of_three_down_and_refuses_with_two(
             await store.aclose()
         with pytest.raises(StoreUnavailable):
             async with tenure.connect_async(url) as client:
-                await client.acquire("r", ttl=5, wait=False)
+                await client.lock("r", ttl=5).acquire(wait=False)
     finally:
         redlock_healthy(redlock_servers)
 
@@ -431,11 +431,11 @@ async def test_redlock_holds_back_until_a_quorum_of_servers_lets_go(
         busy = await store.attempt(live, "rd", None, False)
         assert isinstance(busy, Busy) and busy.holder is None and busy.ticket is None
         assert busy.retry_in is not None and 50 < busy.retry_in <= 60.1
-        [held] = await store.held_back()
+        [held] = await store.lock_delays()
         assert held.name == "rd" and held.token == token and 50 < held.free_in <= 60
         b.kill()
         b.start()  # now only one server holds back: a quorum grants
-        assert await store.held_back("rd") == []
+        assert await store.lock_delays("rd") == []
         later = await store.open_session(30, OWNER)  # b forgot the sessions too
         assert await grant(store, later, "rd") > token
         await store.close_session(later)

@@ -60,7 +60,7 @@ def no_secret(*texts: str) -> None:
 def take_and_release(url: str, name: str = "t", **options: str | bool) -> int:
     """Acquire ``name`` through ``url`` (and keyword ``options``), release it; its token."""
     with tenure.connect(url, **options) as client:  # type: ignore[arg-type]
-        lease = client.acquire(name, ttl=10, wait=False)
+        lease = client.lock(name, ttl=10).acquire(wait=False)
         token = lease.token
         lease.release()
         assert client.locks(name) == []
@@ -176,7 +176,7 @@ def test_no_password_says_so(acl_server: RedisServer) -> None:
 def test_the_cli_never_prints_the_password(acl_server: RedisServer) -> None:
     url = acl_url(acl_server, APP1, "app1")
     with tenure.connect(url) as client:
-        lease = client.acquire("cli-held", ttl=30)
+        lease = client.lock("cli-held", ttl=30).acquire()
         listed = run_cli("ls", "--json", "--store", url)
         bare = url.replace(f":{PASSWORD}", "")
         by_env = run_cli("ls", "--json", "--store", bare, password=PASSWORD)
@@ -206,7 +206,7 @@ def test_one_applications_user_cannot_touch_anothers_locks(acl_server: RedisServ
     # SCAN ignores the ACL's key patterns: even an empty listing is refused, not shown as [].
     assert "NOPERM" in one_error_line(run_cli("ls", "--json", "--store", trespass))
     with tenure.connect(theirs) as client:
-        lease = client.acquire("shared", ttl=30)
+        lease = client.lock("shared", ttl=30).acquire()
         message = failure(trespass, name="shared")
         assert message.endswith(
             "NOPERM: user 'app1' may not use the keys of prefix 'app2' (its ACL must allow ~app2:*)"
@@ -233,7 +233,7 @@ def test_names_alike_in_redis_syntax_are_separate_locks(acl_server: RedisServer)
 
     with tenure.connect(url) as client:
         # wait=False: a name that fell on another's keys would be busy (NotAcquired)
-        leases = {name: client.acquire(name, ttl=30, wait=False) for name in names}
+        leases = {name: client.lock(name, ttl=30).acquire(wait=False) for name in names}
         assert listed() == names
         assert listed("a*") == ["a*"]  # a name, not a pattern
         leases["a"].release()

@@ -54,14 +54,14 @@ async def test_token_counter_survives_deleted_rows(tmp_path: Path) -> None:
 async def test_lease_from_an_earlier_boot_is_expired(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     async with tenure.connect_async(url(db)) as a:
-        held = await a.acquire("boot", ttl=60)
+        held = await a.lock("boot", ttl=60).acquire()
         # Rewrite history: this session was written in another boot of the machine.
         raw = sqlite3.connect(db)
         raw.execute("UPDATE tenure_sessions SET boot = 'an-earlier-boot'")
         raw.commit()
         raw.close()
         async with tenure.connect_async(url(db)) as b:
-            lease = await b.acquire("boot", ttl=5, wait=False)
+            lease = await b.lock("boot", ttl=5).acquire(wait=False)
             assert lease.token > held.token
             await lease.release()
 
@@ -70,14 +70,14 @@ async def test_wall_clock_jumps_do_not_matter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with tenure.connect_async(url(tmp_path / "s.db")) as a:
-        lease = await a.acquire("clock", ttl=1)
+        lease = await a.lock("clock", ttl=1).acquire()
         real = time.time
         monkeypatch.setattr(time, "time", lambda: real() + 7200)  # the wall clock jumps 2 h
         await anyio.sleep(1.5)  # over a TTL: renewals must have kept it
         lease.check()
         async with tenure.connect_async(url(tmp_path / "s.db")) as b:
             with pytest.raises(tenure.NotAcquired):
-                await b.acquire("clock", ttl=1, wait=False)
+                await b.lock("clock", ttl=1).acquire(wait=False)
         monkeypatch.setattr(time, "time", lambda: real() - 7200)  # and back, past the start
         await anyio.sleep(0.5)
         lease.check()
@@ -91,11 +91,11 @@ async def test_dead_waiter_is_skipped_promptly(tmp_path: Path) -> None:
         f"""
         import tenure
         c = tenure.connect({url(db)!r})
-        c.acquire("q", ttl=30)
+        c.lock("q", ttl=30).acquire()
         """
     )
     async with tenure.connect_async(url(db)) as a, tenure.connect_async(url(db)) as c:
-        lease = await a.acquire("q", ttl=30)
+        lease = await a.lock("q", ttl=30).acquire()
         dead = subprocess.Popen([sys.executable, "-c", script])
         with anyio.fail_after(10):
             while not (await a.locks("q"))[0].waiters:
@@ -130,7 +130,7 @@ async def test_dead_waiter_is_skipped_when_the_lock_expires(tmp_path: Path) -> N
         # No lock-delay: this test is about the expiry, not the delay after it.
         script = (
             f"import tenure, time; c = tenure.connect({url(db)!r}, lock_delay=0);"
-            f" c.acquire('q', ttl={ttl})"
+            f" c.lock('q', ttl={ttl}).acquire()"
         )
         return subprocess.Popen([sys.executable, "-c", script + "; time.sleep(60)"])
 
@@ -330,7 +330,7 @@ async def test_a_schema_2_file_with_a_live_lock_gets_lock_delay(tmp_path: Path) 
         [info] = await store.locks("old")
         assert info.token == 7
         await anyio.sleep(0.6)
-        assert await store.held_back() == []  # expired, with no delay of its own
+        assert await store.lock_delays() == []  # expired, with no delay of its own
         session = await store.open_session(10, Holder("h", 2), lock_delay=5)
         grant = await store.attempt(session, "old", None, False)
         assert isinstance(grant, Grant) and grant.token == 8
@@ -368,7 +368,7 @@ async def test_the_sweep_keeps_the_hold_back_and_a_late_release_frees_nothing(
         assert raw.execute("SELECT name, token FROM tenure_held").fetchall() == [("n", token)]
         raw.close()
         await store.close_session(dead)  # a late close frees nothing either
-        [held] = await store.held_back()
+        [held] = await store.lock_delays()
         assert (held.name, held.token) == ("n", token) and 2 < held.free_in <= 3
         assert not isinstance(await store.attempt(live, "n", None, False), Grant)
         await store.close_session(live)
@@ -382,13 +382,13 @@ async def test_a_hold_back_from_an_earlier_boot_is_over(tmp_path: Path) -> None:
     try:
         await _expired_holder(store, "swept", 60)
         await _expired_holder(store, "unswept", 60)  # its open_session swept the first one
-        assert [held.name for held in await store.held_back()] == ["swept", "unswept"]
+        assert [held.name for held in await store.lock_delays()] == ["swept", "unswept"]
         raw = sqlite3.connect(db)
         raw.execute("UPDATE tenure_sessions SET boot = 'an-earlier-boot'")
         raw.execute("UPDATE tenure_held SET boot = 'an-earlier-boot'")
         raw.commit()
         raw.close()
-        assert await store.held_back() == []
+        assert await store.lock_delays() == []
         live = await store.open_session(10, Holder("h", 3))
         for name in ("swept", "unswept"):
             assert isinstance(await store.attempt(live, name, None, False), Grant)

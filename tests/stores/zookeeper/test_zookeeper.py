@@ -110,7 +110,7 @@ async def test_a_short_disconnection_keeps_the_session_and_token(
     zookeeper_store_url: str, zookeeper_ensemble: ZooKeeperEnsemble
 ) -> None:
     async with tenure.connect_async(zookeeper_store_url) as client:
-        lease = await client.acquire("blip", ttl=4)
+        lease = await client.lock("blip", ttl=4).acquire()
         store = client.store
         assert isinstance(store, ZooKeeperStore)
         [keeper] = client._pool._sessions.values()
@@ -212,7 +212,7 @@ async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_relea
         with anyio.fail_after(5):  # never kept alive: the ensemble expires it
             while await store.locks("m"):
                 await anyio.sleep(0.05)
-        [held] = await store.held_back()
+        [held] = await store.lock_delays()
         assert (held.name, held.token) == ("m", granted.token) and 1.8 < held.free_in <= 2.0
         data, _ = await result(reader.get_async(marker))
         assert json.loads(data)["noticed"] is True

@@ -93,7 +93,7 @@ async def refusal(url: str, error: type[Exception] = StoreUnavailable, **options
     store = ZooKeeperStore.from_url(url, ConnectOptions(**options))
     with pytest.raises(error) as raised, anyio.fail_after(60):
         async with tenure.AsyncClient(store) as client:
-            await client.acquire("x", ttl=2, wait=False)
+            await client.lock("x", ttl=2).acquire(wait=False)
     message = str(raised.value)
     assert "\n" not in message
     return message
@@ -101,7 +101,7 @@ async def refusal(url: str, error: type[Exception] = StoreUnavailable, **options
 
 async def hold_and_release(url: str, **options: str) -> int:
     async with tenure.connect_async(url, **options) as client:
-        lease = await client.acquire(f"auth-{uuid.uuid4().hex}", ttl=10, wait=False)
+        lease = await client.lock(f"auth-{uuid.uuid4().hex}", ttl=10).acquire(wait=False)
         assert lease.token > 0
         await lease.release()
         return lease.token
@@ -296,7 +296,7 @@ async def test_the_password_is_in_no_url_repr_or_error(
             ZooKeeperStore.from_url(url)
         shown.append(str(raised.value))
     async with tenure.AsyncClient(store) as client:
-        lease = await client.acquire("x", ttl=5, wait=False)
+        lease = await client.lock("x", ttl=5).acquire(wait=False)
         shown += [repr(lease), repr(await client.locks())]
         await lease.release()
     for text in shown:
@@ -325,7 +325,7 @@ async def test_other_clients_cannot_delete_or_forge_a_locks_nodes(
     url = auth_url(zookeeper_ensemble, f"{USER}:{PASSWORD}@", chroot)
     store = ZooKeeperStore.from_url(url)
     async with tenure.AsyncClient(store) as client:
-        lease = await client.acquire("guarded", ttl=30, wait=False)
+        lease = await client.lock("guarded", ttl=30).acquire(wait=False)
         assert await store.write_record("job", "done", 0) is not None
         strangers = [
             raw_client(zookeeper_ensemble),
@@ -363,11 +363,11 @@ async def test_credentials_are_sent_again_after_a_reconnection(
     so the session can still create nodes under the user's ACL after a drop."""
     url = auth_url(zookeeper_ensemble, f"{USER}:{PASSWORD}@", fresh_chroot())
     async with tenure.connect_async(url) as client:
-        first = await client.acquire("before", ttl=10, wait=False)
+        first = await client.lock("before", ttl=10).acquire(wait=False)
         [session] = [keeper.handle for keeper in client._pool._sessions.values()]
         assert isinstance(session, ZooKeeperSession)
         drop_connection(session.client)
-        second = await client.acquire("after", ttl=10, wait=False)  # a new parent node
+        second = await client.lock("after", ttl=10).acquire(wait=False)  # a new parent node
         assert second.token > first.token
         assert sorted(i.name for i in await client.locks()) == ["after", "before"]
         first.check()
@@ -419,7 +419,7 @@ async def test_names_never_walk_the_tree(zookeeper_ensemble: ZooKeeperEnsemble) 
     try:
         top_before = set(observer.get_children("/"))
         async with tenure.connect_async(auth_url(zookeeper_ensemble, "", chroot)) as client:
-            leases = {name: await client.acquire(name, ttl=10, wait=False) for name in names}
+            leases = {name: await client.lock(name, ttl=10).acquire(wait=False) for name in names}
             assert len({lease.token for lease in leases.values()}) == len(names)
             assert sorted(i.name for i in await client.locks()) == sorted(names)
             nodes = tree(observer, chroot)
