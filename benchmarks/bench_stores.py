@@ -751,7 +751,7 @@ class Server:
         self.pgids: list[int] = []
         try:
             if store == "etcd":
-                from tenure.testing.etcd_cluster import EtcdCluster
+                from tenure.stores.etcd.server import EtcdCluster
 
                 cluster = self._stack.enter_context(EtcdCluster(members=3))
                 self.cluster = cluster
@@ -762,7 +762,7 @@ class Server:
                 self.pgids = [m.proc.pid for m in cluster.members if m.proc is not None]
                 self.describe = f"3-member etcd cluster {', '.join(self.endpoints)} (leader first)"
             elif store == "zookeeper":
-                from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+                from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 
                 ensemble = self._stack.enter_context(ZooKeeperEnsemble(servers=3))
                 # Every client connects to the leader only (no forwarding hop for anyone).
@@ -773,7 +773,7 @@ class Server:
                     f"connects to the leader {self.endpoints[0]}"
                 )
             elif store == "redis":
-                from tenure.testing.redis_server import RedisServer
+                from tenure.stores.redis.server import RedisServer
 
                 redis = self._stack.enter_context(RedisServer())
                 self.endpoints = [redis.endpoint]
@@ -781,7 +781,7 @@ class Server:
                 self.pgids = [redis.proc.pid]
                 self.describe = f"one redis-server at {redis.endpoint} (no persistence)"
             else:
-                from tenure.testing.postgres_server import PostgresServer
+                from tenure.stores.postgres.server import PostgresServer
 
                 pg = self._stack.enter_context(PostgresServer())
                 self.dsn = pg.dsn

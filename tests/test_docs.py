@@ -14,8 +14,6 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
-import pytest
-
 import tenure
 from tenure._docs import store_table
 

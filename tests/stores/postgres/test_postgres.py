@@ -20,7 +20,7 @@ import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
 from tenure.stores._spi import Busy, Grant
 from tenure.stores.postgres import PostgresStore
-from tenure.testing.postgres_server import PostgresServer
+from tenure.stores.postgres.server import PostgresServer
 
 pytestmark = pytest.mark.anyio
 

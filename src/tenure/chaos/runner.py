@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ..._errors import InvalidArgument
-from ..._state import default_lock_delay
-from ...stores._connect import redact
-from ...stores._registry import DEFAULT_PORTS
-from ..proxy import ChaosProxy
+from .._errors import InvalidArgument
+from .._state import default_lock_delay
+from ..stores._connect import redact
+from ..stores._registry import DEFAULT_PORTS
+from ..testing.proxy import ChaosProxy
 from . import checkers
 from .history import (
     NEMESIS,
@@ -249,7 +249,7 @@ class Run:
         self, url: str, name: str, resource: Path, history_dir: Path, go: Path
     ) -> list[str]:
         argv = [
-            sys.executable, "-m", "tenure.testing.chaos.worker",
+            sys.executable, "-m", "tenure.chaos.worker",
             "--store", url, "--resource", str(resource), "--workload", self.workload,
             "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
             "--ready", str(history_dir / f"{name}.ready"), "--go", str(go),
@@ -269,7 +269,7 @@ class Run:
         rate = self._clock_rate()
         tenure = tenure_command()
         if rate != 1.0:  # the same command, with its lease clock scaled
-            tenure = [sys.executable, "-m", "tenure.testing.chaos.drift", repr(rate)]
+            tenure = [sys.executable, "-m", "tenure.chaos.drift", repr(rate)]
         argv = [*tenure, "run", "--store", url, "--ttl", repr(self.ttl),
                 "--label", f"chaos {name}"]  # fmt: skip
         if self.lock_delay is not None:

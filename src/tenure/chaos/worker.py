@@ -1,7 +1,7 @@
 """One worker process of a chaos run: take the lock, do the workload's step on the resource,
 release; again, until the run's end. Every operation goes into the worker's history file.
 
-``python -m tenure.testing.chaos.worker --store URL --resource PATH --workload counter
+``python -m tenure.chaos.worker --store URL --resource PATH --workload counter
 --process w0 --history w0.jsonl --ready w0.ready --go go [--unfenced] [--ttl 1] [--seed 7]
 [--clock-rate 1]``
 
@@ -58,11 +58,11 @@ from typing import TYPE_CHECKING, Any
 
 import tenure
 
-from ..._clock import REAL_CLOCK
-from ..._rwlock import gate_name, slot_name
-from ..._url import open_store
-from ...stores._spi import Store
-from ..faults import FaultyStore
+from .._clock import REAL_CLOCK
+from .._rwlock import gate_name, slot_name
+from .._url import open_store
+from ..stores._spi import Store
+from ..testing.faults import FaultyStore
 from .history import Recorder
 from .ownership import Ownership, one_line
 from .resource import (
@@ -401,7 +401,7 @@ class Worker:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tenure.testing.chaos.worker")
+    parser = argparse.ArgumentParser(prog="python -m tenure.chaos.worker")
     parser.add_argument("--store", required=True)
     parser.add_argument("--resource", required=True)
     parser.add_argument("--workload", choices=WORKLOADS, default="counter")

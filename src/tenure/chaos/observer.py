@@ -10,7 +10,7 @@ import anyio
 
 import tenure
 
-from ..._loop_thread import LoopThread
+from .._loop_thread import LoopThread
 from .checkers import OBSERVER
 from .history import Recorder
 

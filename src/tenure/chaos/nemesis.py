@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import tenure
 
-from ..._errors import InvalidArgument
-from ..._rwlock import PREFIX as RWLOCK_PREFIX
-from ..._rwlock import gate_name
+from .._errors import InvalidArgument
+from .._rwlock import PREFIX as RWLOCK_PREFIX
+from .._rwlock import gate_name
 from .history import Recorder
 from .servers import RedisControl, ServerControl
 

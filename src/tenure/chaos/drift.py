@@ -1,4 +1,4 @@
-"""``python -m tenure.testing.chaos.drift RATE ARGS…``: the ``tenure`` command (``tenure ARGS…``)
+"""``python -m tenure.chaos.drift RATE ARGS…``: the ``tenure`` command (``tenure ARGS…``)
 with its lease clock running RATE times as fast as the host's (0.5: half speed).
 
 The clock drift of the ``run`` workload: the supervisor is the real command-line tool, only the
