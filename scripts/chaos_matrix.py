@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from tenure._errors import InvalidArgument
 from tenure.chaos import SCENARIOS, Report, Run, Scenario
-from tenure.chaos.checkers import work_overlaps
+from tenure.chaos.checks import work_overlaps
 from tenure.chaos.history import read_work
 from tenure.chaos.runner import check_applicable
 from tenure.chaos.servers import ServerControl, launch

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tenure.chaos import SCENARIOS, Report, Run
-from tenure.chaos.checkers import work_spans
+from tenure.chaos.checks import work_spans
 from tenure.chaos.history import read_history, read_work
 from tenure.chaos.report import faults_of
 

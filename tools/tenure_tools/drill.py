@@ -18,8 +18,8 @@ assignment itself.
 
 What it measures: the error rate; the errors per event; the time until every partition is owned
 again and until the store has a leader again; p50/p99 latency before, during and after the events;
-items owned twice (`checkers.check_item_overlap` over the workers' histories) and stale writes
-accepted (`checkers.check_stale_item_writes` over the queue's ``accepted`` log) — both must be 0.
+items owned twice (`checks.check_item_overlap` over the workers' histories) and stale writes
+accepted (`checks.check_stale_item_writes` over the queue's ``accepted`` log) — both must be 0.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import psycopg
 
 import tenure
 from tenure._partitions import assign
-from tenure.chaos.checkers import check_item_overlap, check_stale_item_writes, item_windows
+from tenure.chaos.checks import check_item_overlap, check_stale_item_writes, item_windows
 from tenure.chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
 from tenure.chaos.resource import PARTITION
 from tenure.stores.postgres.server import PostgresServer

@@ -3,11 +3,11 @@
 A run starts N worker processes (`worker`) that take one lock and read-modify-write a protected
 resource (`resource`), lets a nemesis inject a scenario's faults (`nemesis`, `scenarios`),
 records every operation and fault with its time (`history`), and checks what the resource
-accepted (`checkers`); `report` and `timeline` show the result. ``tenure chaos --help`` runs it
+accepted (`checks`); `report` and `timeline` show the result. ``tenure chaos --help`` runs it
 from the command line; tenure's own tests run it on every store.
 """
 
-from .checkers import check_all, violations
+from .checks import check_all, violations
 from .history import Accepted, Event, Finding, Recorder, ResourceLog, read_history
 from .report import Report, RunInfo, build_report
 from .runner import Run

@@ -11,7 +11,7 @@ import anyio
 import tenure
 
 from .._loop_thread import LoopThread
-from .checkers import OBSERVER
+from .checks import OBSERVER
 from .history import Recorder
 
 

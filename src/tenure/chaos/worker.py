@@ -349,7 +349,7 @@ class Worker:
         """A reader reads the counter, thinks and reads it again: the two reads must agree,
         since no writer may write while a reader holds the lock (``writer-beside-reader``). A
         writer does the counter step. Each access records the deadline then, as the semaphore
-        step does, so the lease's window ends at it (`checkers.permit_windows`)."""
+        step does, so the lease's window ends at it (`checks.permit_windows`)."""
         assert isinstance(lease, tenure.RWLease)
         token = lease.token
         if lease.mode == "read":
