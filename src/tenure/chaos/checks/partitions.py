@@ -96,7 +96,8 @@ def _item_and_deadline(event: Event) -> tuple[str | None, float | None]:
 
 @check(
     {
-        ITEM_OVERLAP: "two members believed they owned one item at the same time (before deadlines)",
+        ITEM_OVERLAP: "two members believed they owned one item at the same time (before"
+        " deadlines)",
     }
 )
 def check_item_overlap(history: Sequence[Event]) -> list[Finding]:
@@ -126,7 +127,8 @@ def check_item_overlap(history: Sequence[Event]) -> list[Finding]:
 
 @check(
     {
-        STALE_ITEM_WRITE: "an item's counter accepted a token lower than one it had already accepted",
+        STALE_ITEM_WRITE: "an item's counter accepted a token lower than one it had already"
+        " accepted",
     },
     workloads=PER_ITEM,
 )
@@ -164,8 +166,8 @@ def ownerless_bound(ttl: float, lock_delay: float) -> float:
 
 @check(
     {
-        ITEM_OWNERLESS: "an item had no owner for longer than TTL + lock-delay + TTL/3 + 1 s after a"
-        " fault healed (or was never owned)",
+        ITEM_OWNERLESS: "an item had no owner for longer than TTL + lock-delay + TTL/3 + 1 s"
+        " after a fault healed (or was never owned)",
     },
     workloads=(PARTITION,),
 )

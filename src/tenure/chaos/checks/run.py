@@ -53,7 +53,8 @@ def work_spans(work: Iterable[WorkRecord], gap: float = WORK_GAP) -> list[WorkSp
 
 @check(
     {
-        WORK_OVERLAP: "two commands run under tenure run (different children) worked at the same time",
+        WORK_OVERLAP: "two commands run under tenure run (different children) worked at the same"
+        " time",
     }
 )
 def check_work_overlap(work: Sequence[WorkRecord], gap: float = WORK_GAP) -> list[Finding]:

@@ -57,7 +57,8 @@ class _Grant:
 
 @check(
     {
-        TOKEN_ORDER: "a grant got a lower token than a grant of the same lock that completed before it",
+        TOKEN_ORDER: "a grant got a lower token than a grant of the same lock that completed"
+        " before it",
         DUPLICATE_TOKEN: "the store granted the same token of one lock twice",
     }
 )
