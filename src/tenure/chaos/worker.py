@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING, Any
 
 import tenure
 
-from .._clock import REAL_CLOCK
 from .._rwlock import gate_name, slot_name
 from .._url import open_store
 from ..stores._spi import Store
+from ..testing.clock import ScaledClock
 from ..testing.faults import FaultyStore
 from .history import Recorder
 from .ownership import Ownership, one_line
@@ -81,17 +81,6 @@ if TYPE_CHECKING:
 
 READ_SHARE = 2 / 3
 """The ``rwlock`` workload: the share of its steps that take the read lock."""
-
-
-class ScaledClock:
-    """The real clock running ``rate`` times as fast (a drifting client clock)."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._base = REAL_CLOCK.now()
-
-    def now(self) -> float:
-        return self._base + (REAL_CLOCK.now() - self._base) * self.rate
 
 
 class StallableStore(FaultyStore):
