@@ -3,7 +3,7 @@
 locks users pick.
 
 Run from the repository root (needs /usr/bin/etcd, PostgreSQL in /usr/local/bin, Debian's
-zookeeper and redis-server packages, the launchers of ``tenure.testing``, and the ``bench`` extra
+zookeeper and redis-server packages, the store launchers (``tenure.stores.<store>.server``), and the ``bench`` extra
 for the comparison libraries):
 
     .venv/bin/python benchmarks/bench_stores.py                  # all four stores, ~10 minutes
