@@ -3,8 +3,8 @@
 locks users pick.
 
 Run from the repository root (needs /usr/bin/etcd, PostgreSQL in /usr/local/bin, Debian's
-zookeeper and redis-server packages, the store launchers (``tenure.stores.<store>.server``), and the ``bench`` extra
-for the comparison libraries):
+zookeeper and redis-server packages, the store launchers (``tenure.stores.<store>.server``),
+and the ``bench`` extra for the comparison libraries):
 
     .venv/bin/python benchmarks/bench_stores.py                  # all four stores, ~10 minutes
     .venv/bin/python benchmarks/bench_stores.py --quick          # smoke run, ~3 minutes
