@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tenure
-from tenure.testing.celery_nodes import CeleryNodes, Tick, fail_over, read_ticks, wait_until
-from tenure.testing.redis_server import RedisServer
+from tenure.stores.redis.server import RedisServer
+from tenure_tools.celery_nodes import CeleryNodes, Tick, fail_over, read_ticks, wait_until
 
 ROOT = Path(__file__).parents[1]
 APP = ROOT / "examples" / "celery"

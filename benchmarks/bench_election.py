@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from tenure.chaos.runner import endpoints, with_endpoints
 from tenure.fence import SQLFence
-from tenure.testing.chaos.runner import endpoints, with_endpoints
-from tenure.testing.etcd_cluster import EtcdCluster
-from tenure.testing.postgres_server import PostgresServer
+from tenure.stores.etcd.server import EtcdCluster
+from tenure.stores.postgres.server import PostgresServer
 from tenure.testing.proxy import ChaosProxy
 
 LEADER = textwrap.dedent(

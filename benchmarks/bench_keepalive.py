@@ -80,12 +80,12 @@ def main() -> None:
             if kind == "sqlite":
                 url = f"sqlite:///{tempfile.mkdtemp(prefix='tenure-ka-')}/s.db"
             elif kind == "postgres":
-                from tenure.testing.postgres_server import PostgresServer
+                from tenure.stores.postgres.server import PostgresServer
 
                 pg = stack.enter_context(PostgresServer())
                 url = f"{pg.dsn}?schema=ka_{uuid.uuid4().hex[:8]}"
             elif kind == "etcd":
-                from tenure.testing.etcd_cluster import EtcdCluster
+                from tenure.stores.etcd.server import EtcdCluster
 
                 etcd = stack.enter_context(EtcdCluster(members=3))
                 url = f"etcd://{','.join(etcd.endpoints)}/ka_{uuid.uuid4().hex[:8]}"

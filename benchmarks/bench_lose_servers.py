@@ -10,7 +10,7 @@ Seven servers on loopback, each one etcd member (or ZooKeeper server) and one pa
 partition's owner must process each within 2 s, fenced by the partition's token; each worker
 can do 10 a second. After a warm-up, 3 servers fail at once — the store's leader among them —
 killed (SIGKILL) or cut off (every packet dropped by the kernel: needs root and nft), and come
-back later. See `tenure.testing.drill` for what is measured.
+back later. See `tenure_tools.drill` for what is measured.
 
 The full set:
 
@@ -34,8 +34,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from tenure.testing.drill import Drill, DrillConfig, DrillResult, EventResult
-from tenure.testing.drill_cluster import STORES
+from tenure_tools.drill import Drill, DrillConfig, DrillResult, EventResult
+from tenure_tools.drill_cluster import STORES
 
 HERE = Path(__file__).parent
 

@@ -3,8 +3,8 @@
 locks users pick.
 
 Run from the repository root (needs /usr/bin/etcd, PostgreSQL in /usr/local/bin, Debian's
-zookeeper and redis-server packages, the launchers of ``tenure.testing``, and the ``bench`` extra
-for the comparison libraries):
+zookeeper and redis-server packages, the store launchers (``tenure.stores.<store>.server``),
+and the ``bench`` extra for the comparison libraries):
 
     .venv/bin/python benchmarks/bench_stores.py                  # all four stores, ~10 minutes
     .venv/bin/python benchmarks/bench_stores.py --quick          # smoke run, ~3 minutes
@@ -752,7 +752,7 @@ class Server:
         self.pgids: list[int] = []
         try:
             if store == "etcd":
-                from tenure.testing.etcd_cluster import EtcdCluster
+                from tenure.stores.etcd.server import EtcdCluster
 
                 cluster = self._stack.enter_context(EtcdCluster(members=3))
                 self.cluster = cluster
@@ -763,7 +763,7 @@ class Server:
                 self.pgids = [m.proc.pid for m in cluster.members if m.proc is not None]
                 self.describe = f"3-member etcd cluster {', '.join(self.endpoints)} (leader first)"
             elif store == "zookeeper":
-                from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+                from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 
                 ensemble = self._stack.enter_context(ZooKeeperEnsemble(servers=3))
                 # Every client connects to the leader only (no forwarding hop for anyone).
@@ -774,7 +774,7 @@ class Server:
                     f"connects to the leader {self.endpoints[0]}"
                 )
             elif store == "redis":
-                from tenure.testing.redis_server import RedisServer
+                from tenure.stores.redis.server import RedisServer
 
                 redis = self._stack.enter_context(RedisServer())
                 self.endpoints = [redis.endpoint]
@@ -782,7 +782,7 @@ class Server:
                 self.pgids = [redis.proc.pid]
                 self.describe = f"one redis-server at {redis.endpoint} (no persistence)"
             else:
-                from tenure.testing.postgres_server import PostgresServer
+                from tenure.stores.postgres.server import PostgresServer
 
                 pg = self._stack.enter_context(PostgresServer())
                 self.dsn = pg.dsn

@@ -24,12 +24,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tenure._errors import InvalidArgument
+from tenure.chaos import SCENARIOS, Report, Run, Scenario
+from tenure.chaos.checks import work_overlaps
+from tenure.chaos.history import read_work
+from tenure.chaos.runner import check_applicable
+from tenure.chaos.servers import ServerControl, launch
 from tenure.stores._registry import BY_KEY, REGISTRY
-from tenure.testing.chaos import SCENARIOS, Report, Run, Scenario
-from tenure.testing.chaos.checkers import work_overlaps
-from tenure.testing.chaos.history import read_work
-from tenure.testing.chaos.runner import check_applicable
-from tenure.testing.chaos.servers import ServerControl, launch
 
 KINDS = tuple(entry.key for entry in REGISTRY if entry.throwaway is not None)
 RUN_SCENARIOS = (

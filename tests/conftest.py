@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tenure.testing.certs import TLSFiles, make_tls_files
-from tenure.testing.postgres_server import PG_BIN, PostgresServer
+from tenure.stores.postgres.server import PG_BIN, PostgresServer
+from tenure_tools.certs import TLSFiles, make_tls_files
 
 # Each networked store's fixtures live in their own plugin module (tests/plugin_<store>.py),
 # found by name: a new store's plugin needs no line here.

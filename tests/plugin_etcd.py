@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.testing.etcd_cluster import ETCD, EtcdCluster
+from tenure.stores.etcd.server import ETCD, EtcdCluster
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from uuid import uuid4
 
 import pytest
 
-from tenure.testing.postgres_server import PostgresServer
+from tenure.stores.postgres.server import PostgresServer
 
 
 @pytest.fixture

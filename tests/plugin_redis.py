@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.testing.redis_server import REDIS_SERVER, RedisServer
+from tenure.stores.redis.server import REDIS_SERVER, RedisServer
 
 
 def _start(count: int) -> list[RedisServer]:

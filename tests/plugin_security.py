@@ -17,11 +17,11 @@ import pytest
 
 from secrecy import TLSStore
 from tenure.stores._spi import Store
-from tenure.testing.certs import TLSFiles
-from tenure.testing.etcd_cluster import ETCD, EtcdCluster
-from tenure.testing.postgres_server import PostgresServer
-from tenure.testing.redis_server import RedisServer
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperTLS
+from tenure.stores.etcd.server import ETCD, EtcdCluster
+from tenure.stores.postgres.server import PostgresServer
+from tenure.stores.redis.server import RedisServer
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble, ZooKeeperTLS
+from tenure_tools.certs import TLSFiles
 
 PG_CLIENT = "tenure-client"
 """The client certificate's common name: PostgreSQL's verify-full wants it as the role."""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,6 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import unquote, urlsplit
 
-import pytest
-
 import tenure
 from tenure._docs import store_table
 
@@ -70,6 +68,18 @@ def test_the_read_write_locks_page_example_runs_as_written(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "version 2\n"
+
+
+def test_the_testing_page_example_is_a_passing_test(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "testing.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "test_page.py").write_text(code)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_page.py"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
 
 
 # -- nothing refers outside the repository -------------------------------------------------------

@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 
 from tenure._errors import InvalidArgument, StaleToken, TenureError
 from tenure.fence import SQLFence
-from tenure.testing.postgres_server import PostgresServer
+from tenure.stores.postgres.server import PostgresServer
 
 # -- one view of both databases -------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 import tenure
-from tenure.testing.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
-from tenure.testing.redis_server import RedisServer
+from tenure.stores.redis.server import RedisServer
+from tenure_tools.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
 
 HERE = Path(__file__).parent
 ELECTION = "celery-beat:celery_example"

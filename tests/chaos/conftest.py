@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tenure.testing.chaos import RedisControl
-from tenure.testing.redis_server import RedisServer
+from tenure.chaos import RedisControl
+from tenure.stores.redis.server import RedisServer
 
 
 @pytest.fixture(scope="module")

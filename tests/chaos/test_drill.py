@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tenure.testing import fabric
-from tenure.testing.drill import Drill, DrillConfig, Mode, stale_writes
-from tenure.testing.drill_cluster import Store
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble
+from tenure_tools import fabric
+from tenure_tools.drill import Drill, DrillConfig, Mode, stale_writes
+from tenure_tools.drill_cluster import Store
 
 pytestmark = pytest.mark.timeout(400)
 CUT = pytest.mark.skipif(fabric.unavailable() is not None, reason=str(fabric.unavailable()))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import tenure
-from tenure.testing.chaos import SCENARIOS, Report, Run
-from tenure.testing.chaos.guards import open_guard
+from tenure.chaos import SCENARIOS, Report, Run
+from tenure.chaos.guards import open_guard
 
 STORES = ["sqlite_store_url", "postgres_store_url", "etcd_store_url"]
 pytestmark = pytest.mark.timeout(120)

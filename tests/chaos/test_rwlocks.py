@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tenure.testing.chaos import SCENARIOS, Report, Run, read_history
-from tenure.testing.chaos.checkers import permit_windows, rw_modes
+from tenure.chaos import SCENARIOS, Report, Run, read_history
+from tenure.chaos.checks import permit_windows, rw_modes
 
 TTL = 0.5
 SECONDS = 10.0

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tenure.stores._spi import Busy
-from tenure.testing.chaos import (
+from tenure.chaos import (
     SCENARIOS,
     EtcdControl,
     PostgresControl,
@@ -21,9 +20,10 @@ from tenure.testing.chaos import (
     Run,
     ZooKeeperControl,
 )
-from tenure.testing.etcd_cluster import EtcdCluster
-from tenure.testing.postgres_server import PostgresServer
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from tenure.stores._spi import Busy
+from tenure.stores.etcd.server import EtcdCluster
+from tenure.stores.postgres.server import PostgresServer
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 
 SECONDS = 7.0
 PAUSE_SECONDS = 10.0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tenure.testing.chaos import SCENARIOS, Report, Run
-from tenure.testing.chaos.resource import read_resource
+from tenure.chaos import SCENARIOS, Report, Run
+from tenure.chaos.resource import read_resource
 
 TTL = 0.5
 SECONDS = 10.0

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tenure.testing.chaos import SCENARIOS, Report, Run
-from tenure.testing.chaos.checkers import work_spans
-from tenure.testing.chaos.history import read_history, read_work
-from tenure.testing.chaos.report import faults_of
+from tenure.chaos import SCENARIOS, Report, Run
+from tenure.chaos.checks import work_spans
+from tenure.chaos.history import read_history, read_work
+from tenure.chaos.report import faults_of
 
 TTL = 0.5
 SECONDS = 8.0

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tenure.testing.chaos import SCENARIOS
+from tenure.chaos import SCENARIOS
 
 if TYPE_CHECKING:
     from conftest import Cli

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tenure.cli.schedule import due_of
-from tenure.testing.clockshift import ClockShift
+from tenure.stores._clockshift import ClockShift
 
 if TYPE_CHECKING:
     from conftest import Cli

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import tenure
-from tenure.testing.clockshift import ClockShift
+from tenure.stores._clockshift import ClockShift
 
 pytest.importorskip("apscheduler", reason="pip install 'tenure[apscheduler]'")
 

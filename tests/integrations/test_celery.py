@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import tenure
-from tenure.testing.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
-from tenure.testing.redis_server import RedisServer
+from tenure.stores.redis.server import RedisServer
+from tenure_tools.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
 
 pytest.importorskip("celery")
 

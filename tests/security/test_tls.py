@@ -24,8 +24,8 @@ from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.cli import EXIT_UNAVAILABLE, EXIT_USAGE
 from tenure.stores._connect import ConnectOptions
-from tenure.testing.certs import TLSFiles
-from tenure.testing.postgres_server import free_port
+from tenure.stores.postgres.server import free_port
+from tenure_tools.certs import TLSFiles
 
 pytestmark = pytest.mark.anyio
 

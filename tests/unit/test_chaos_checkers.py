@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tenure.testing.chaos.checkers import (
+from tenure.chaos.checks import (
     CHECKS,
     GATED,
     OWNERLESS_SLACK,
@@ -30,7 +30,7 @@ from tenure.testing.chaos.checkers import (
     violations,
     work_spans,
 )
-from tenure.testing.chaos.history import (
+from tenure.chaos.history import (
     NEMESIS,
     Accepted,
     Event,
@@ -446,7 +446,7 @@ def test_swapped_tokens_of_sequential_grants_flagged(
 
 
 def test_a_term_the_observer_never_saw_is_a_violation() -> None:
-    from tenure.testing.chaos.checkers import OBSERVER, check_observed_terms
+    from tenure.chaos.checks import OBSERVER, check_observed_terms
 
     entries = [
         (f"w{term}", term, {"term": term, "leader": f"w{term}", "n": 0}) for term in (1, 2, 3)
@@ -685,7 +685,7 @@ SEMAPHORE_LOG = ResourceLog("semaphore", [], {"slot-0": 0, "slot-1": 0}, {"permi
 
 
 def test_two_permits_held_at_once_are_fine_and_a_third_bites() -> None:
-    from tenure.testing.chaos.checkers import check_permit_overlap
+    from tenure.chaos.checks import check_permit_overlap
 
     two = history(
         permit("w1", 0, 1, 0.0, 9.0), permit("w2", 1, 1, 1.0, 9.0),
@@ -701,7 +701,7 @@ def test_two_permits_held_at_once_are_fine_and_a_third_bites() -> None:
 
 def test_a_permit_ends_at_its_holders_deadline() -> None:
     """A holder paused past its deadline still believes, but may not act: not a third holder."""
-    from tenure.testing.chaos.checkers import check_permit_overlap, permit_windows
+    from tenure.chaos.checks import check_permit_overlap, permit_windows
 
     paused = history(
         permit("w1", 0, 1, 0.0, 2.0), permit("w2", 1, 1, 0.5, 9.0),
@@ -765,7 +765,7 @@ def paused_reader(second_read: int | None) -> list[Event]:
 
 
 def test_a_reader_seeing_a_write_between_its_reads_bites() -> None:
-    from tenure.testing.chaos.checkers import check_writer_beside_reader
+    from tenure.chaos.checks import check_writer_beside_reader
 
     runs = paused_reader(second_read=1)  # unfenced: the stale reader's read is served
     [finding] = check_writer_beside_reader(runs, rw_log(("w2", 3, 0, 1.21)))
@@ -779,7 +779,7 @@ def test_a_reader_seeing_a_write_between_its_reads_bites() -> None:
 
 
 def test_a_stale_reader_refused_and_readers_side_by_side_pass() -> None:
-    from tenure.testing.chaos.checkers import check_writer_beside_reader
+    from tenure.chaos.checks import check_writer_beside_reader
 
     fenced = paused_reader(second_read=None)  # admit_read refused the read after the write
     assert check_writer_beside_reader(fenced, rw_log(("w2", 3, 0, 1.21))) == []
@@ -799,7 +799,7 @@ def test_a_stale_reader_refused_and_readers_side_by_side_pass() -> None:
 
 
 def test_a_writer_granted_beside_a_reader_bites_until_the_readers_deadline() -> None:
-    from tenure.testing.chaos.checkers import check_writer_beside_reader
+    from tenure.chaos.checks import check_writer_beside_reader
 
     def run(reader_deadline: float, *rest: list[Event]) -> list[Event]:
         return history(

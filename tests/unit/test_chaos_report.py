@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tenure.testing.chaos.history import NEMESIS, Event, Finding, Phase, lease_windows
-from tenure.testing.chaos.report import RunInfo, build_report, faults_of
-from tenure.testing.chaos.timeline import render_timeline, write_timeline
+from tenure.chaos.history import NEMESIS, Event, Finding, Phase, lease_windows
+from tenure.chaos.report import RunInfo, build_report, faults_of
+from tenure.chaos.timeline import render_timeline, write_timeline
 
 T0 = 100.0
 SVG = "{http://www.w3.org/2000/svg}"

@@ -15,7 +15,7 @@ from tenure.stores._connect import (
     tls_failure,
     url_options,
 )
-from tenure.testing.certs import TLSFiles
+from tenure_tools.certs import TLSFiles
 
 
 def test_the_url_gives_user_info_and_tls_options_and_keeps_the_rest() -> None:

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from tenure.testing import fabric as fabric_module
-from tenure.testing.fabric import Fabric
+from tenure_tools import fabric as fabric_module
+from tenure_tools.fabric import Fabric
 
 pytestmark = pytest.mark.skipif(
     fabric_module.unavailable() is not None, reason=str(fabric_module.unavailable())

@@ -15,8 +15,8 @@ from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import tenure
+from tenure.stores.postgres.server import PostgresServer
 from tenure.testing import ChaosProxy
-from tenure.testing.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.anyio
 

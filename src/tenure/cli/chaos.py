@@ -15,11 +15,11 @@ import click
 from tenure import InvalidArgument
 from tenure.stores import StoreEntry, by_key, entries
 
-from ..testing.chaos.report import Report
-from ..testing.chaos.resource import WORKLOADS
-from ..testing.chaos.runner import Run, check_applicable, new_seed
-from ..testing.chaos.scenarios import SCENARIOS
-from ..testing.chaos.servers import ServerControl, launch
+from ..chaos.report import Report
+from ..chaos.resource import WORKLOADS
+from ..chaos.runner import Run, check_applicable, new_seed
+from ..chaos.scenarios import SCENARIOS
+from ..chaos.servers import ServerControl, launch
 from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 
 

@@ -1,7 +1,8 @@
-"""``tenure dev-cluster etcd|postgres``: a real store on loopback, to try tenure in one command.
+"""``tenure dev-cluster KIND``: a real store on loopback, to try tenure in one command.
 
-The same launchers the test suite uses (``tenure.testing``): data in a temporary directory,
-free 127.0.0.1 ports, everything stopped and removed on Ctrl-C or SIGTERM.
+The same launchers the test suite and ``tenure chaos`` use (each store's ``server`` in the store
+registry, e.g. ``tenure.stores.etcd.server``): data in a temporary directory, free 127.0.0.1
+ports, everything stopped and removed on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from types import FrameType
 
 import click
 
-from ..testing.etcd_cluster import EtcdCluster
-from ..testing.postgres_server import PostgresServer
+from ..chaos.servers import launch
+from ..stores import by_key, entries
 from . import EXIT_UNAVAILABLE, error, one_line
 
 
@@ -21,13 +22,13 @@ from . import EXIT_UNAVAILABLE, error, one_line
     name="dev-cluster",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.argument("kind", type=click.Choice(["etcd", "postgres"]))
+@click.argument("kind", type=click.Choice([e.key for e in entries() if e.server is not None]))
 @click.option(
     "--members",
     type=click.IntRange(1, 7),
     default=3,
     show_default=True,
-    help="etcd members (n members tolerate (n-1)/2 failures).",
+    help="etcd or ZooKeeper members (n members tolerate (n-1)/2 failures).",
 )
 def dev_cluster(kind: str, members: int) -> int:
     """Start a throw-away KIND store on loopback, print its URL, stop it on Ctrl-C.
@@ -43,13 +44,10 @@ def dev_cluster(kind: str, members: int) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, on_signal)
     try:
-        server = EtcdCluster(members=members) if kind == "etcd" else PostgresServer()
+        server = launch(kind, members if by_key()[kind].members else None)
         try:
             server.start()
-            if isinstance(server, EtcdCluster):
-                url = f"etcd://{','.join(server.endpoints)}"
-            else:
-                url = server.dsn
+            url = server.url
             click.echo(url)
             click.echo(
                 f"tenure: {kind} is up; export TENURE_STORE={url} (Ctrl-C stops it)", err=True

@@ -36,7 +36,7 @@ class StoreEntry:
     """The port a URL without one means (None: not a network store)."""
     throwaway: Literal["file", "server"] | None = None
     """What ``tenure chaos --cluster <key>`` starts for a run: a file in the run's directory,
-    a server (``tenure.testing.chaos.servers.launch``), or nothing (not offered)."""
+    a server (the launcher named by ``server``), or nothing (not offered)."""
     members: tuple[int, int] | None = None
     """The sizes ``--cluster <key>:N`` may ask for (None: one fixed shape)."""
     namespace: Literal["path", "schema", "prefix", "file"] = "path"
@@ -44,6 +44,11 @@ class StoreEntry:
     the URL's path, its ``?schema=`` or ``?prefix=`` option, or a file of its own."""
     api: int = STORE_API_VERSION
     """The `STORE_API_VERSION` the store was written for; the registry refuses another."""
+    server: str | None = None
+    """The dotted path of the module that starts a throw-away server of the store on loopback
+    (its launcher, beside the store: ``tenure.stores.etcd.server``), imported on use. It
+    defines ``launch(members: int | None) -> ServerControl`` (`tenure.stores._server`); ``tenure
+    chaos --cluster``, ``tenure dev-cluster`` and the drill find servers here. None: none."""
     dist: str | None = None
     """The distribution whose entry point registered it (set by the registry; None: built in)."""
 
@@ -66,21 +71,22 @@ REGISTRY: tuple[StoreEntry, ...] = (  # the built-in stores
     StoreEntry(
         "etcd", ("etcd",), "tenure.stores.etcd", "EtcdStore",
         "etcd", "etcd://h1:2379,h2:2379", 2379,
-        throwaway="server", members=(1, 7),
+        throwaway="server", members=(1, 7), server="tenure.stores.etcd.server",
     ),
     StoreEntry(
         "postgres", ("postgresql", "postgres"), "tenure.stores.postgres", "PostgresStore",
         "PostgreSQL", "postgresql://…", 5432, throwaway="server", namespace="schema",
+        server="tenure.stores.postgres.server",
     ),
     StoreEntry(
         "zookeeper", ("zookeeper",), "tenure.stores.zookeeper", "ZooKeeperStore",
         "ZooKeeper", "zookeeper://h1:2181,h2:2181/chroot", 2181,
-        throwaway="server", members=(1, 7),
+        throwaway="server", members=(1, 7), server="tenure.stores.zookeeper.server",
     ),
     StoreEntry(
         "redis", ("redis", "rediss"), "tenure.stores.redis", "RedisStore",
         "Redis (one instance)", "redis://host:6379/0", 6379, throwaway="server",
-        namespace="prefix",
+        namespace="prefix", server="tenure.stores.redis.server",
     ),
     StoreEntry(
         "redlock", ("redlock",), "tenure.stores.redis", "RedlockStore",
@@ -165,6 +171,8 @@ def _load(point: importlib.metadata.EntryPoint) -> StoreEntry:
         )
     if entry.key != point.name or not entry.schemes:
         raise _refused(point, f"its entry must be named by its key ({entry.key!r}), with a scheme")
+    if entry.throwaway == "server" and not entry.server:
+        raise _refused(point, "its throwaway is 'server' but it names no server launcher")
     return replace(entry, dist=_dist(point))
 
 

@@ -19,9 +19,9 @@ from tenure import AsyncClient, InvalidArgument, LeaseLost, NotAcquired, StoreUn
 from tenure.stores._spi import Busy, Change, Grant, Session
 from tenure.stores.etcd import EtcdStore
 from tenure.stores.etcd.keys import get_op, prefix_end, put_op
+from tenure.stores.etcd.server import EtcdCluster, EtcdMember
 from tenure.stores.etcd.session import EtcdSession, EtcdTicket
 from tenure.testing import FaultyStore
-from tenure.testing.etcd_cluster import EtcdCluster, EtcdMember
 
 pytestmark = pytest.mark.anyio
 OWNER = tenure.Holder("test", os.getpid())

@@ -20,8 +20,8 @@ from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.etcd import EtcdStore
-from tenure.testing.certs import TLSFiles
-from tenure.testing.etcd_cluster import ETCD, EtcdCluster
+from tenure.stores.etcd.server import ETCD, EtcdCluster
+from tenure_tools.certs import TLSFiles
 
 pytestmark = pytest.mark.anyio
 PASSWORD = f"pw-{uuid.uuid4().hex}"

@@ -20,8 +20,8 @@ import tenure
 from tenure import AsyncClient, InvalidArgument, LeaseLost, StoreUnavailable
 from tenure.stores._spi import Busy, Grant
 from tenure.stores.postgres import PostgresStore
+from tenure.stores.postgres.server import PostgresServer
 from tenure.stores.postgres.watch import PostgresWatch
-from tenure.testing.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ from psycopg import sql
 import tenure
 from tenure.stores._spi import Grant
 from tenure.stores.postgres import PostgresStore
-from tenure.testing.postgres_server import PostgresServer
+from tenure.stores.postgres.server import PostgresServer
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,8 @@ import tenure
 from secrecy import one_error_line, one_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores.postgres import PostgresStore
-from tenure.testing.certs import TLSFiles
-from tenure.testing.postgres_server import PostgresServer, free_port
+from tenure.stores.postgres.server import PostgresServer, free_port
+from tenure_tools.certs import TLSFiles
 
 PASSWORD = "pg-Pa55-" + uuid4().hex[:10]
 UNAVAILABLE = 69

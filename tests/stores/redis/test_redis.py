@@ -22,11 +22,11 @@ import tenure
 from plugin_redis import fresh_prefix, redlock_healthy
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
+from tenure.stores._clockshift import CLOCKSHIFT_FILE, clockshift_library
 from tenure.stores._spi import Busy, Grant, Session, Store
 from tenure.stores.redis import RedisStore, RedlockStore
+from tenure.stores.redis.server import RedisServer
 from tenure.stores.redis.session import RedisSession, RedisTicket
-from tenure.testing.clockshift import CLOCKSHIFT_FILE, clockshift_library
-from tenure.testing.redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 OWNER = tenure.Holder("test", os.getpid())

@@ -26,8 +26,8 @@ from secrecy import one_error_line, one_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._connect import ConnectOptions
-from tenure.testing.certs import TLSFiles
-from tenure.testing.redis_server import RedisServer, RedisUser
+from tenure.stores.redis.server import RedisServer, RedisUser
+from tenure_tools.certs import TLSFiles
 
 PASSWORD = "pw-Zq81-app1-s3cret"
 OTHER_PASSWORD = "pw-Kx27-app2-s3cret"

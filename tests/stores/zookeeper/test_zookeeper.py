@@ -18,9 +18,9 @@ from tenure import InvalidArgument
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Holder
 from tenure.stores.zookeeper import ZooKeeperStore
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 from tenure.stores.zookeeper.session import ZooKeeperSession
 from tenure.stores.zookeeper.transport import result, server_port
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble
 
 pytestmark = pytest.mark.anyio
 OWNER = Holder("test", os.getpid(), "zk")

@@ -30,10 +30,10 @@ from secrecy import one_error_line, run_cli
 from tenure import InvalidArgument, StoreUnavailable
 from tenure.stores._connect import ConnectOptions
 from tenure.stores.zookeeper import ZooKeeperStore
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble, ZooKeeperTLS, four_letters
 from tenure.stores.zookeeper.session import ZooKeeperSession
 from tenure.stores.zookeeper.transport import drop_connection
-from tenure.testing.certs import _pkcs8
-from tenure.testing.zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperTLS, four_letters
+from tenure_tools.certs import _pkcs8
 
 pytestmark = pytest.mark.anyio
 PASSWORD = f"pw-{uuid.uuid4().hex}"

@@ -1,19 +1,96 @@
-"""One store server process, as the launchers run it: in a process group of its own (so a
-signal reaches its children too), its output appended to a log file, and the switches a test
-or the chaos harness flips — kill (a crash), stop (clean), pause and resume (SIGSTOP/SIGCONT)."""
+"""What every store's server launcher (``tenure.stores.<store>.server``, named by its registry
+entry's ``server``) shares: one store server process, as the launchers run it — in a process
+group of its own (so a signal reaches its children too), its output appended to a log file, and
+the switches a test or the chaos harness flips, kill (a crash), stop (clean), pause and resume
+(SIGSTOP/SIGCONT) — free loopback ports, the certificate files a TLS server takes, and the
+`ServerControl` its ``launch`` returns to ``tenure chaos`` and ``tenure dev-cluster``."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ._registry import StoreEntry
+
+HOST = "127.0.0.1"
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that is free on ``host`` right now (the caller must still handle a lost race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """The PEM files a launcher's TLS server (and its test clients) use; the tests make them
+    (``tenure_tools.certs.make_tls_files``, with trustme)."""
+
+    directory: Path
+    ca: Path
+    """The CA that signed the server's and the client's certificates."""
+    wrong_ca: Path
+    """A CA that signed nothing here: verifying the server against it must fail."""
+    server_cert: Path
+    server_key: Path
+    server_pem: Path
+    """The server's key and certificate in one file (ZooKeeper's PEM key store)."""
+    client_cert: Path
+    client_key: Path
+    wrong_client_cert: Path
+    """A client certificate signed by the wrong CA."""
+    wrong_client_key: Path
+
+
+class Member(Protocol):
+    """One server of a throw-away store, as the chaos harness faults it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def kill(self) -> None: ...
+    def start(self) -> object: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+class ServerControl(Protocol):
+    """A throw-away store's servers, started by ``start()``, reached at ``url``: what a store's
+    launcher module's ``launch(members)`` returns (``tenure chaos --cluster``, ``tenure
+    dev-cluster``)."""
+
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> None: ...
+    def leader(self) -> Member: ...
+    def majority(self) -> list[Member]: ...
+    def restart(self) -> None: ...
+    def heal(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def launch(entry: StoreEntry, members: int | None = None) -> ServerControl:
+    """A throw-away server (not started yet) for ``entry``'s store: its launcher module
+    (``entry.server``) called with ``members`` (None: the launcher's default)."""
+    if entry.server is None:
+        raise ValueError(f"no throw-away server for the {entry.key} store")
+    module = importlib.import_module(entry.server)
+    control: ServerControl = module.launch(members)
+    return control
 
 
 class ServerProcess:

@@ -34,11 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._process import ServerGroup, ServerProcess, reap_orphans
-from .postgres_server import HOST, free_port
+from .._server import HOST, Member, ServerGroup, ServerProcess, free_port, reap_orphans
 
 if TYPE_CHECKING:
-    from .certs import TLSFiles
+    from .._server import TLSFiles
 
 ETCD = Path(os.environ.get("TENURE_ETCD", "/usr/bin/etcd"))
 PREFIX = "tenure-etcd-"
@@ -300,3 +299,39 @@ class EtcdCluster(ServerGroup):
                 member.resume()
         for member in self.members:
             member.start()
+
+
+class EtcdControl:
+    def __init__(self, cluster: EtcdCluster, owned: bool = False) -> None:
+        self.cluster = cluster
+        self.owned = owned
+
+    @property
+    def url(self) -> str:  # ports may change if the first start found one taken
+        return "etcd://" + ",".join(self.cluster.endpoints)
+
+    def start(self) -> None:
+        self.cluster.start()
+
+    def leader(self) -> EtcdMember:
+        return self.cluster.leader()
+
+    def majority(self) -> list[Member]:
+        members = self.cluster.members
+        return list(members[: len(members) // 2 + 1])
+
+    def restart(self) -> None:
+        self.cluster.restart_all()
+
+    def heal(self) -> None:
+        self.cluster.healthy()
+
+    def close(self) -> None:
+        if self.owned:
+            self.cluster.close()
+
+
+def launch(members: int | None = None) -> EtcdControl:
+    """A throw-away etcd cluster of ``members`` (default 3), not started yet (the registry's
+    ``server``: ``tenure chaos --cluster etcd``, ``tenure dev-cluster etcd``)."""
+    return EtcdControl(EtcdCluster(members or 3), owned=True)

@@ -33,10 +33,9 @@ from types import TracebackType
 from typing import Literal
 from urllib.parse import urlencode
 
-from ._process import ServerProcess
-from .certs import TLSFiles
-from .clockshift import ClockShift
-from .postgres_server import HOST, free_port
+from ...testing.proxy import ChaosProxy, ThreadedChaosProxy
+from .._clockshift import ClockShift
+from .._server import HOST, Member, ServerProcess, TLSFiles, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
 PREFIX = "tenure-redis-"
@@ -259,3 +258,118 @@ class RedisServer(ServerProcess):
             return self.log_path.read_text(errors="replace")[-2000:]
         except OSError:
             return "(no log)"
+
+
+class RedisControl:
+    """A Redis primary and one asynchronous replica, as a small production setup has them.
+
+    Clients reach the primary through a front proxy (one address, like a virtual IP or a
+    Sentinel-aware proxy), so a fail-over moves that address to the promoted replica. The replica
+    replicates through a proxy too: pausing the replica would not lose writes (they wait in its
+    socket buffer), blackholing its link does. ``leader()`` and ``majority()`` are the primary.
+    Both servers run with the clock shift, so the primary's clock can jump whichever it is.
+    """
+
+    def __init__(self) -> None:
+        self.servers: list[RedisServer] = []
+        self._front: ThreadedChaosProxy | None = None
+        self._link: ThreadedChaosProxy | None = None
+
+    @property
+    def primary(self) -> RedisServer:
+        return self.servers[0]
+
+    @property
+    def replica(self) -> RedisServer:
+        return self.servers[1]
+
+    @property
+    def front(self) -> ThreadedChaosProxy:
+        if self._front is None:
+            raise RuntimeError("RedisControl is not started")
+        return self._front
+
+    @property
+    def link(self) -> ThreadedChaosProxy:
+        if self._link is None:
+            raise RuntimeError("RedisControl is not started")
+        return self._link
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.front.address}/0"
+
+    def start(self) -> None:
+        try:
+            self.servers = [RedisServer(clock_shift=True).start() for _ in range(2)]
+            self._front = ChaosProxy(HOST, self.primary.port).start_in_thread()
+            self._link = ChaosProxy(HOST, self.primary.port).start_in_thread()
+            self._follow(self.replica)
+        except BaseException:
+            self.close()
+            raise
+
+    def _follow(self, server: RedisServer, timeout: float = 10.0) -> None:
+        """Make ``server`` replicate the primary through the link proxy, synced when it returns."""
+        server.command("REPLICAOF", HOST, str(self.link.port))
+        deadline = time.monotonic() + timeout
+        while "master_link_status:up" not in server.command("INFO", "replication"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Redis replica did not sync within {timeout}s")
+            time.sleep(0.02)
+
+    def cut_replication(self) -> None:
+        """Replication stalls (its link blackholed) while clients write on: asynchronous
+        replication's lag, made long."""
+        self.link.set_mode("blackhole")
+
+    def fail_over(self) -> str:
+        """The primary dies (SIGKILL), the replica is promoted and the clients' address moves to
+        it: every write since replication stalled is gone. The old primary comes back, empty, as
+        the new replica. Returns the promoted server's name."""
+        old, new = self.primary, self.replica
+        old.kill()
+        new.promote()
+        self.front.retarget(HOST, new.port)
+        self.servers = [new, old]
+        self.link.retarget(HOST, new.port)
+        self.link.set_mode("pass")
+        old.start()
+        self._follow(old)
+        return new.name
+
+    def clock_jump(self, seconds: float) -> None:
+        """The primary's wall clock (the one that expires keys) jumps ``seconds`` forward."""
+        self.primary.clock_jump(seconds)
+
+    def leader(self) -> RedisServer:
+        """The primary: killed and started again, it comes back empty (no persistence) and its
+        replica syncs that emptiness, as an unpersisted Redis does."""
+        return self.primary
+
+    def majority(self) -> list[Member]:
+        return [self.primary]
+
+    def restart(self) -> None:
+        self.primary.stop()
+        self.primary.start()
+
+    def heal(self) -> None:
+        for server in self.servers:
+            if server.paused:
+                server.resume()
+            server.start()
+        self.link.heal()
+
+    def close(self) -> None:
+        for proxy in (self._front, self._link):
+            if proxy is not None:
+                proxy.close()
+        for server in self.servers:
+            server.close()
+
+
+def launch(members: int | None = None) -> RedisControl:
+    """A throw-away Redis primary with its replica (``members`` is ignored), not started yet
+    (the registry's ``server``)."""
+    return RedisControl()

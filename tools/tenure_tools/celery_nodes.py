@@ -15,8 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 import tenure
-
-from ._process import ServerProcess
+from tenure.stores._server import ServerProcess
 
 SCHEDULER = "tenure.celery.LeaderScheduler"
 

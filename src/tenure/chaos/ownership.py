@@ -1,7 +1,7 @@
 """What a partition member's worker believes it owns, kept as the history records it: ``own``
 on a grant (with the lease's deadline), ``disown`` on leaving or lost — never while a write to
 the item is under way. Shared by the chaos ``partition`` worker and the lose-servers drill's
-worker, so that `checkers.item_windows` reads both the same way."""
+worker, so that `checks.item_windows` reads both the same way."""
 
 from __future__ import annotations
 

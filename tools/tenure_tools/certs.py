@@ -8,30 +8,15 @@ written to the system's trust store.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tenure.stores._server import TLSFiles
 
 if TYPE_CHECKING:
     import trustme
 
-
-@dataclass(frozen=True)
-class TLSFiles:
-    directory: Path
-    ca: Path
-    """The CA that signed the server's and the client's certificates."""
-    wrong_ca: Path
-    """A CA that signed nothing here: verifying the server against it must fail."""
-    server_cert: Path
-    server_key: Path
-    server_pem: Path
-    """The server's key and certificate in one file (ZooKeeper's PEM key store)."""
-    client_cert: Path
-    client_key: Path
-    wrong_client_cert: Path
-    """A client certificate signed by the wrong CA."""
-    wrong_client_key: Path
+__all__ = ["TLSFiles", "make_tls_files"]
 
 
 def make_tls_files(directory: Path, client_name: str = "tenure-client") -> TLSFiles:

@@ -46,13 +46,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import tenure
 
-from ..._errors import InvalidArgument
-from ..._rwlock import PREFIX as RWLOCK_PREFIX
-from ..._rwlock import gate_name
+from .._errors import InvalidArgument
+from .._rwlock import PREFIX as RWLOCK_PREFIX
+from .._rwlock import gate_name
+from ..stores._server import ServerControl
 from .history import Recorder
-from .servers import RedisControl, ServerControl
 
 if TYPE_CHECKING:
+    from ..stores.redis.server import RedisControl
     from .processes import WorkerProcess
 
 
@@ -273,6 +274,8 @@ class Nemesis:
             self.rec.record("store-restart", "ok", value={"target": "store"})
 
     def redis(self) -> RedisControl:
+        from ..stores.redis.server import RedisControl  # imports the Redis store: its faults only
+
         server = self.run.server()
         if not isinstance(server, RedisControl):
             raise InvalidArgument("this fault needs a Redis primary and replica (--cluster redis)")

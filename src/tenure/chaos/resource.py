@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..._errors import InvalidArgument
-from ...fence import SQLFence
+from .._errors import InvalidArgument
+from ..fence import SQLFence
 from .history import Accepted, ResourceLog
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
-"""One worker of the lose-servers drill (`tenure.testing.drill`): a member of the partition group
+"""One worker of the lose-servers drill (`tenure_tools.drill`): a member of the partition group
 that processes the requests of the partitions it owns, from the shared queue in PostgreSQL.
 
-``python -m tenure.testing.drill_worker --server 3 --store URL --dsn DSN --partitions 64
+``python -m tenure_tools.drill_worker --server 3 --store URL --dsn DSN --partitions 64
 --capacity 10 --deadline 2 --ttl 2 --history server-3.jsonl --ready server-3.ready``
 
 It takes the oldest pending request of an owned partition that is still within its deadline
@@ -28,10 +28,9 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 import tenure
+from tenure.chaos.history import Recorder
+from tenure.chaos.ownership import Ownership, one_line
 from tenure.fence import SQLFence
-
-from .chaos.history import Recorder
-from .chaos.ownership import Ownership, one_line
 
 GROUP = "drill"
 IDLE = 0.05
@@ -153,7 +152,7 @@ class DrillWorker:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tenure.testing.drill_worker")
+    parser = argparse.ArgumentParser(prog="python -m tenure_tools.drill_worker")
     parser.add_argument("--server", type=int, required=True)
     parser.add_argument("--store", required=True)
     parser.add_argument("--dsn", required=True)

@@ -18,8 +18,8 @@ assignment itself.
 
 What it measures: the error rate; the errors per event; the time until every partition is owned
 again and until the store has a leader again; p50/p99 latency before, during and after the events;
-items owned twice (`checkers.check_item_overlap` over the workers' histories) and stale writes
-accepted (`checkers.check_stale_item_writes` over the queue's ``accepted`` log) — both must be 0.
+items owned twice (`checks.check_item_overlap` over the workers' histories) and stale writes
+accepted (`checks.check_stale_item_writes` over the queue's ``accepted`` log) — both must be 0.
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ from typing import Literal
 import psycopg
 
 import tenure
+from tenure._partitions import assign
+from tenure.chaos.checks import check_item_overlap, check_stale_item_writes, item_windows
+from tenure.chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
+from tenure.chaos.resource import PARTITION
+from tenure.stores.postgres.server import PostgresServer
 
-from .._partitions import assign
-from .chaos.checkers import check_item_overlap, check_stale_item_writes, item_windows
-from .chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog, read_history
-from .chaos.resource import PARTITION
 from .drill_cluster import DrillCluster, Store
 from .drill_worker import FENCE, GROUP, member_id, partitions
 from .fabric import Fabric
-from .postgres_server import PostgresServer
 
 Mode = Literal["kill", "cut"]
 SCHEMA = """
@@ -172,7 +172,7 @@ class Drill:
         ready = self.root / f"{member_id(server)}.ready"
         ready.unlink(missing_ok=True)
         argv = [
-            sys.executable, "-m", "tenure.testing.drill_worker", f"--server={server}",
+            sys.executable, "-m", "tenure_tools.drill_worker", f"--server={server}",
             f"--store={self.store_urls[server]}", f"--dsn={self.pg.dsn}",
             f"--partitions={c.partitions}", f"--capacity={c.capacity}",
             f"--deadline={c.deadline}", f"--ttl={c.ttl}",

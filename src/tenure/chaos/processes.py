@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..proxy import Mode, ThreadedChaosProxy
+from ..testing.proxy import Mode, ThreadedChaosProxy
 from .history import Recorder
 from .workchild import KINDS
 

@@ -1,7 +1,7 @@
 """One worker process of a chaos run: take the lock, do the workload's step on the resource,
 release; again, until the run's end. Every operation goes into the worker's history file.
 
-``python -m tenure.testing.chaos.worker --store URL --resource PATH --workload counter
+``python -m tenure.chaos.worker --store URL --resource PATH --workload counter
 --process w0 --history w0.jsonl --ready w0.ready --go go [--unfenced] [--ttl 1] [--seed 7]
 [--clock-rate 1]``
 
@@ -58,11 +58,11 @@ from typing import TYPE_CHECKING, Any
 
 import tenure
 
-from ..._clock import REAL_CLOCK
-from ..._rwlock import gate_name, slot_name
-from ..._url import open_store
-from ...stores._spi import Store
-from ..faults import FaultyStore
+from .._rwlock import gate_name, slot_name
+from .._url import open_store
+from ..stores._spi import Store
+from ..testing.clock import ScaledClock
+from ..testing.faults import FaultyStore
 from .history import Recorder
 from .ownership import Ownership, one_line
 from .resource import (
@@ -81,17 +81,6 @@ if TYPE_CHECKING:
 
 READ_SHARE = 2 / 3
 """The ``rwlock`` workload: the share of its steps that take the read lock."""
-
-
-class ScaledClock:
-    """The real clock running ``rate`` times as fast (a drifting client clock)."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._base = REAL_CLOCK.now()
-
-    def now(self) -> float:
-        return self._base + (REAL_CLOCK.now() - self._base) * self.rate
 
 
 class StallableStore(FaultyStore):
@@ -349,7 +338,7 @@ class Worker:
         """A reader reads the counter, thinks and reads it again: the two reads must agree,
         since no writer may write while a reader holds the lock (``writer-beside-reader``). A
         writer does the counter step. Each access records the deadline then, as the semaphore
-        step does, so the lease's window ends at it (`checkers.permit_windows`)."""
+        step does, so the lease's window ends at it (`checks.permit_windows`)."""
         assert isinstance(lease, tenure.RWLease)
         token = lease.token
         if lease.mode == "read":
@@ -401,7 +390,7 @@ class Worker:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tenure.testing.chaos.worker")
+    parser = argparse.ArgumentParser(prog="python -m tenure.chaos.worker")
     parser.add_argument("--store", required=True)
     parser.add_argument("--resource", required=True)
     parser.add_argument("--workload", choices=WORKLOADS, default="counter")

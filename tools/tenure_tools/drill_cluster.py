@@ -1,17 +1,20 @@
-"""The store under the lose-servers drill (`tenure.testing.drill`): an etcd cluster or a
+"""The store under the lose-servers drill (`tenure_tools.drill`): an etcd cluster or a
 ZooKeeper ensemble, one member on each of the drill's servers, seen the same way by the drill —
 its members' processes and ports, its URL, and who leads."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
-from .etcd_cluster import EtcdCluster, EtcdMember
-from .zookeeper_ensemble import ZooKeeperEnsemble, ZooKeeperServer
+from tenure.stores._registry import REGISTRY
+from tenure.stores.etcd.server import EtcdCluster, EtcdMember
+from tenure.stores.zookeeper.server import ZooKeeperEnsemble, ZooKeeperServer
 
 Store = Literal["etcd", "zookeeper"]
-STORES: tuple[Store, ...] = ("etcd", "zookeeper")
+STORES: tuple[Store, ...] = tuple(
+    cast(Store, e.key) for e in REGISTRY if e.server is not None and e.members is not None
+)  # the stores whose launcher starts a cluster of several members (the registry says which)
 
 
 class DrillCluster:

@@ -1,10 +1,10 @@
-"""``python -m tenure.testing.chaos.drift RATE ARGS…``: the ``tenure`` command (``tenure ARGS…``)
+"""``python -m tenure.chaos.drift RATE ARGS…``: the ``tenure`` command (``tenure ARGS…``)
 with its lease clock running RATE times as fast as the host's (0.5: half speed).
 
 The clock drift of the ``run`` workload: the supervisor is the real command-line tool, only the
 clock its leases are timed by (the ``clock`` of `tenure.connect`) is scaled, as a worker's is
-(`worker.ScaledClock`). The store keeps its own clock (on SQLite too, which times sessions in
-the same process), and the child's work records use the host's.
+(`tenure.testing.ScaledClock`). The store keeps its own clock (on SQLite too, which times
+sessions in the same process), and the child's work records use the host's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 import tenure
 from tenure.cli import main as tenure_main
 
-from .worker import ScaledClock
+from ..testing.clock import ScaledClock
 
 
 def main(argv: list[str]) -> None:

@@ -29,25 +29,18 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
+from .._server import HOST, Member, free_port
+
 PG_BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/local/bin"))
 PG_USER = "postgres"  # the system account: PostgreSQL refuses to run as root
-HOST = "127.0.0.1"
 PREFIX = "tenure-pg-"
 ROLE = "tenure"  # the login role of a guarded server
-
-
-def free_port(host: str = HOST) -> int:
-    """A TCP port that is free on ``host`` right now (the caller must still handle a lost race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:
@@ -440,3 +433,53 @@ def reap_orphans() -> None:
             while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
         shutil.rmtree(root, ignore_errors=True)
+
+
+class PostgresControl:
+    """One server: it is its own leader and its own majority."""
+
+    name = "postgres"
+
+    def __init__(self, server: PostgresServer, owned: bool = False) -> None:
+        self.server = server
+        self.owned = owned
+
+    @property
+    def url(self) -> str:
+        return self.server.dsn
+
+    def leader(self) -> PostgresControl:
+        return self
+
+    def majority(self) -> list[Member]:
+        return [self]
+
+    def kill(self) -> None:
+        self.server.kill()
+
+    def start(self) -> None:
+        self.server.start()
+
+    def pause(self) -> None:
+        self.server.pause()
+
+    def resume(self) -> None:
+        self.server.resume()
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server.start()
+
+    def heal(self) -> None:
+        self.server.resume()
+        self.server.start()
+
+    def close(self) -> None:
+        if self.owned:
+            self.server.close()
+
+
+def launch(members: int | None = None) -> PostgresControl:
+    """A throw-away PostgreSQL server (one: ``members`` is ignored), not started yet (the
+    registry's ``server``)."""
+    return PostgresControl(PostgresServer(), owned=True)

@@ -2,7 +2,7 @@
 
 A person reads `Report.to_text` at a glance after a run; `Report.to_json` keeps the same facts for
 scripts and CI. Lease windows and faults are derived here once and shared with the timeline
-picture (`tenure.testing.chaos.timeline`), so the summary and the picture tell one story.
+picture (`tenure.chaos.timeline`), so the summary and the picture tell one story.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import anyio
 
 import tenure
 
-from ..._loop_thread import LoopThread
-from .checkers import OBSERVER
+from .._loop_thread import LoopThread
+from .checks import OBSERVER
 from .history import Recorder
 
 

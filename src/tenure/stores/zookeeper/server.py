@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ._process import ServerGroup, ServerProcess, reap_orphans
-from .postgres_server import HOST, free_port
+from .._server import HOST, Member, ServerGroup, ServerProcess, free_port, reap_orphans
 
 JAVA = Path(os.environ.get("TENURE_JAVA", "/usr/bin/java"))
 ZOOKEEPER_JAR = Path(os.environ.get("TENURE_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
@@ -314,3 +313,41 @@ class ZooKeeperEnsemble(ServerGroup):
         with ThreadPoolExecutor(len(self.servers)) as pool:
             for done in [pool.submit(s.wait_ready, timeout) for s in self.servers]:
                 done.result()
+
+
+class ZooKeeperControl:
+    def __init__(self, ensemble: ZooKeeperEnsemble, owned: bool = False) -> None:
+        self.ensemble = ensemble
+        self.owned = owned
+
+    @property
+    def url(self) -> str:
+        return "zookeeper://" + ",".join(self.ensemble.endpoints)
+
+    def start(self) -> None:
+        self.ensemble.start()
+
+    def leader(self) -> ZooKeeperServer:
+        return self.ensemble.leader()
+
+    def majority(self) -> list[Member]:
+        servers = self.ensemble.servers
+        return list(servers[: len(servers) // 2 + 1])
+
+    def restart(self) -> None:
+        for server in self.ensemble.servers:
+            server.stop()
+        self.ensemble.healthy()
+
+    def heal(self) -> None:
+        self.ensemble.healthy()
+
+    def close(self) -> None:
+        if self.owned:
+            self.ensemble.close()
+
+
+def launch(members: int | None = None) -> ZooKeeperControl:
+    """A throw-away ZooKeeper ensemble of ``members`` (default 3), not started yet (the
+    registry's ``server``)."""
+    return ZooKeeperControl(ZooKeeperEnsemble(members or 3), owned=True)

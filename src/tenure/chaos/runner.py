@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ..._errors import InvalidArgument
-from ..._state import default_lock_delay
-from ...stores._connect import redact
-from ...stores._registry import DEFAULT_PORTS
-from ..proxy import ChaosProxy
-from . import checkers
+from .._errors import InvalidArgument
+from .._state import default_lock_delay
+from ..stores._connect import redact
+from ..stores._registry import DEFAULT_PORTS
+from ..testing.proxy import ChaosProxy
+from . import checks
 from .history import (
     NEMESIS,
     LeaseWindow,
@@ -166,7 +166,7 @@ class Run:
         write_history(self.out / "history.jsonl", history)
         log = read_resource(resource, self.store_url)
         work = read_work(work_dir)
-        findings = checkers.check_all(history, log, work)
+        findings = checks.check_all(history, log, work)
         info = RunInfo(
             scenario=self.scenario.name,
             store=redact(self.store_url),
@@ -180,20 +180,20 @@ class Run:
             ended=ended,
             notes=notes,
         )
-        report = build_report(info, history, findings, checkers.violations(findings), work)
+        report = build_report(info, history, findings, checks.violations(findings), work)
         (self.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
         bars = None
         if self.workload == RUN:  # when each command worked, in its worker's lane
             bars = [
                 LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
-                for s in checkers.work_spans(work)
+                for s in checks.work_spans(work)
             ]
         elif self.workload in (SEMAPHORE, RWLOCK):  # each grant, to its deadline, in its lane
-            bars = checkers.permit_windows(history)
+            bars = checks.permit_windows(history)
         elif self.workload == PARTITION:  # what each member owned, in its lane
             bars = [
                 LeaseWindow(w.item, w.process, w.token, w.start, w.end, w.ended_by)
-                for w in checkers.item_windows(history)
+                for w in checks.item_windows(history)
             ]
         write_timeline(self.out / "timeline.html", info, history, findings, bars)
         return report
@@ -249,7 +249,7 @@ class Run:
         self, url: str, name: str, resource: Path, history_dir: Path, go: Path
     ) -> list[str]:
         argv = [
-            sys.executable, "-m", "tenure.testing.chaos.worker",
+            sys.executable, "-m", "tenure.chaos.worker",
             "--store", url, "--resource", str(resource), "--workload", self.workload,
             "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
             "--ready", str(history_dir / f"{name}.ready"), "--go", str(go),
@@ -269,7 +269,7 @@ class Run:
         rate = self._clock_rate()
         tenure = tenure_command()
         if rate != 1.0:  # the same command, with its lease clock scaled
-            tenure = [sys.executable, "-m", "tenure.testing.chaos.drift", repr(rate)]
+            tenure = [sys.executable, "-m", "tenure.chaos.drift", repr(rate)]
         argv = [*tenure, "run", "--store", url, "--ttl", repr(self.ttl),
                 "--label", f"chaos {name}"]  # fmt: skip
         if self.lock_delay is not None:
