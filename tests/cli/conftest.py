@@ -52,8 +52,9 @@ class Cli:
         return found[0] if found and found[0]["waiters"] >= waiters else None
 
     @staticmethod
-    def until(condition: Callable[[], Any], timeout: float = 5.0, what: str = "it") -> Any:
-        """Poll until ``condition()`` is truthy; return its value, or fail after ``timeout``."""
+    def until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "it") -> Any:
+        """Poll until ``condition()`` is truthy; return its value, or fail after ``timeout``
+        (generous: most waits include a process start-up, slow on a loaded machine)."""
         deadline = time.monotonic() + timeout
         while True:
             value = condition()
