@@ -715,6 +715,23 @@ def test_a_permit_ends_at_its_holders_deadline() -> None:
     assert checks(check_permit_overlap(renewed, SEMAPHORE_LOG)) == ["permit-overlap"]
 
 
+def test_a_later_permit_with_the_same_token_on_another_slot_does_not_stretch_an_earlier() -> None:
+    """Each slot counts its own tokens: w1, paused past its slot-0 deadline, notices the loss
+    after w3 took slot 0, then gets token 1 of slot 1; that permit's deadline must not keep
+    the first open beside w3's (a false third holder, seen in a CI run)."""
+    from tenure.chaos.checks import check_permit_overlap, permit_windows
+
+    reused = history(
+        permit("w1", 0, 1, 0.0, 1.0), permit("w2", 1, 1, 0.5, 9.0),
+        permit("w3", 0, 2, 1.2, 9.0), op(1.5, "w1", "lost", 1),  # w1 believed until 1.5
+        op(1.6, "w2", "release", 1), permit("w1", 1, 1, 1.7, 9.0),  # slot 1's token 1, again
+        write_ok(1.8, "w1", 1, item="slot-1", deadline=9.5),
+    )  # fmt: skip
+    assert check_permit_overlap(reused, SEMAPHORE_LOG) == []
+    first = next(w for w in permit_windows(reused) if w.process == "w1")
+    assert first.end == 1.0
+
+
 # --- read-write locks -----------------------------------------------------------------------
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from ..history import Event, Finding, LeaseWindow, ResourceLog, lease_windows
@@ -16,16 +15,20 @@ PERMIT_OVERLAP = "permit-overlap"
 def permit_windows(history: Sequence[Event]) -> list[LeaseWindow]:
     """Each permit's window of a ``semaphore`` run: its belief (`lease_windows`) cut at the
     latest deadline its holder recorded for it (at the grant, then with each read and write):
-    rule 3 says a holder acts only before it, and the store may grant the slot again after."""
-    deadlines: dict[tuple[str, int], float] = {}
+    rule 3 says a holder acts only before it, and the store may grant the slot again after.
+
+    A deadline belongs to the window of its process and token that it falls in: each slot
+    counts its own tokens, so one worker may hold token 16 of slot 0 and later token 16 of
+    slot 1, and the later permit's deadline must not stretch the earlier one."""
+    recorded: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for e in history:
         deadline = e.value.get("deadline") if isinstance(e.value, dict) else None
         if e.token is not None and isinstance(deadline, (int, float)):
-            key = (e.process, e.token)
-            deadlines[key] = max(deadlines.get(key, -math.inf), float(deadline))
+            recorded.setdefault((e.process, e.token), []).append((e.t, float(deadline)))
     windows = []
     for w in lease_windows(history):
-        deadline = deadlines.get((w.process, w.token if w.token is not None else -1), w.end)
+        marks = recorded.get((w.process, w.token if w.token is not None else -1), [])
+        deadline = max((d for t, d in marks if w.start <= t <= w.end), default=w.end)
         end = max(w.start, min(w.end, deadline))
         windows.append(LeaseWindow(w.name, w.process, w.token, w.start, end, w.ended_by))
     return windows
