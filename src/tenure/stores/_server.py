@@ -154,10 +154,32 @@ class ServerProcess:
         self.paused = False
 
 
+S = TypeVar("S", bound="Started")
 G = TypeVar("G", bound="ServerGroup")
 
 
-class ServerGroup:
+class Started:
+    """A server (or group) as a context manager: ``with`` starts it, leaving closes it."""
+
+    def start(self: S) -> S:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ServerGroup(Started):
     """Servers sharing one temporary directory ``root`` (with an ``owner`` file naming the test
     process, for ``reap_orphans``): a context manager that starts them all and, on exit or
     ``close()``, kills them and removes the directory."""
@@ -180,17 +202,6 @@ class ServerGroup:
             self.kill_all()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self: G) -> G:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def reap_orphans(prefix: str, marker: Callable[[Path], bytes], under: Path | None = None) -> None:

@@ -33,9 +33,8 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
-from .._server import HOST, Member, free_port
+from .._server import HOST, Member, Started, free_port
 
 PG_BIN = Path(os.environ.get("TENURE_PG_BIN", "/usr/local/bin"))
 PG_USER = "postgres"  # the system account: PostgreSQL refuses to run as root
@@ -43,7 +42,7 @@ PREFIX = "tenure-pg-"
 ROLE = "tenure"  # the login role of a guarded server
 
 
-class PostgresServer:
+class PostgresServer(Started):
     """One PostgreSQL cluster: ``start()``, ``stop()`` (fast shutdown), ``kill()``, ``close()``."""
 
     BINARIES = ("initdb", "pg_ctl", "postgres")
@@ -181,17 +180,6 @@ class PostgresServer:
             if self.root is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
                 self.root = None
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- internals --------------------------------------------------------------------------
 
