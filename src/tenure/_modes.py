@@ -19,6 +19,7 @@ import functools
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextvars import ContextVar
+from types import MethodType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -105,6 +106,12 @@ class io(Generic[S, P, R]):
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
 
+        def blocking(obj: Blocking, *args: Any, **kwargs: Any) -> R:
+            return obj._run(func, obj, *args, **kwargs)
+
+        # Made once: an attribute access only binds it (a method), as it binds ``func``.
+        self._blocking = functools.update_wrapper(blocking, func)
+
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__ = name
 
@@ -117,10 +124,7 @@ class io(Generic[S, P, R]):
     def __get__(self, obj: object, owner: type) -> Any:
         if obj is None:
             return self
-        bound = functools.partial(self.func, cast(S, obj))
-        if isinstance(obj, Blocking):
-            return functools.update_wrapper(functools.partial(obj._run, bound), self.func)
-        return functools.update_wrapper(bound, self.func)
+        return MethodType(self._blocking if isinstance(obj, Blocking) else self.func, obj)
 
 
 class io_iter(Generic[S, P, T]):
@@ -130,6 +134,11 @@ class io_iter(Generic[S, P, T]):
         self.func = func
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+
+        def blocking(obj: Blocking, *args: Any, **kwargs: Any) -> Iterator[T]:
+            return _blocking_iter(obj, func(cast(S, obj), *args, **kwargs))
+
+        self._blocking = functools.update_wrapper(blocking, func)
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.__name__ = name
@@ -143,14 +152,7 @@ class io_iter(Generic[S, P, T]):
     def __get__(self, obj: object, owner: type) -> Any:
         if obj is None:
             return self
-        func = self.func
-        if isinstance(obj, Blocking):
-
-            def blocking(*args: Any, **kwargs: Any) -> Iterator[T]:
-                return _blocking_iter(obj, func(cast(S, obj), *args, **kwargs))
-
-            return functools.update_wrapper(blocking, func)
-        return functools.update_wrapper(functools.partial(func, cast(S, obj)), func)
+        return MethodType(self._blocking if isinstance(obj, Blocking) else self.func, obj)
 
 
 def _blocking_iter(obj: Blocking, changes: AsyncIterator[T]) -> Iterator[T]:
