@@ -3,8 +3,8 @@
 One fault at a time, chosen by the run's seeded random generator from the scenario's list. A
 fault that lasts (a pause, a partition) is an ``invoke`` event when it begins and an ``ok`` when
 it ends; an instant one (a kill) is an ``info``. Faults aimed at "the holder" ask the store who
-holds the lock (through a direct, unproxied client) and fall back to a random worker; in an
-``rwlock`` run one of the readers holding the read-write lock, else its writer.
+holds the lock (through a direct, unproxied client; whom a workload's lock counts as its holders
+is its module's, `workloads`) and fall back to a random worker.
 
 Kinds:
 
@@ -47,9 +47,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import tenure
 
 from .._errors import InvalidArgument
-from .._rwlock import PREFIX as RWLOCK_PREFIX
-from .._rwlock import gate_name
 from ..stores._server import ServerControl
+from . import workloads
 from .history import Recorder
 
 if TYPE_CHECKING:
@@ -104,10 +103,7 @@ class Nemesis:
         with contextlib.suppress(tenure.TenureError):
             if self._observer is None:
                 self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
-            if self.run.workload == "rwlock":
-                infos = self._rwlock_holders()
-            else:
-                infos = self._observer.locks(self.run.lock)
+            infos = workloads.get(self.run.workload).holders(self._observer, self.run.lock)
             labels = {info.holder.label for info in infos}
             holders = [w for w in self.run.workers if f"chaos {w.name}" in labels]
             if len(holders) > 1:
@@ -115,19 +111,6 @@ class Nemesis:
             if holders:
                 return holders[0]
         return None
-
-    def _rwlock_holders(self) -> list[tenure.LockInfo]:
-        """The holders of an ``rwlock`` run's read-write lock: the readers on its slots; if
-        there are none, the holder of its gate, a writer. A slot's holder that holds the gate
-        too is no reader (yet): a writer waiting out the readers takes their slots as they
-        go, and a reader holds the gate only on its way to a slot."""
-        assert self._observer is not None
-        gate = gate_name(self.run.lock)
-        infos = self._observer.locks(prefix=f"{RWLOCK_PREFIX}{self.run.lock}/")
-        at_gate = [info for info in infos if info.name == gate]
-        passing = {info.holder.label for info in at_gate}
-        readers = [info for info in infos if info.name != gate and info.holder.label not in passing]
-        return readers or at_gate
 
     def waiter(self) -> WorkerProcess:
         holder = self.holder()

@@ -52,7 +52,6 @@ PARTITION = "partition"  # members of a partition group, one fenced counter per 
 SEMAPHORE = "semaphore"  # holders of a semaphore's permits, one fenced counter per slot
 RWLOCK = "rwlock"  # readers and writers of a read-write lock, one counter behind its fence
 PER_ITEM = (PARTITION, SEMAPHORE)  # the workloads whose resource is one counter per item
-WORKLOADS = ("counter", "set", "election", GUARDED, RUN, PARTITION, SEMAPHORE, RWLOCK)
 COUNTERS = ("counter", RWLOCK)  # the workloads whose resource is one counter, written value+1
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None, RWLOCK: 0}
 
@@ -193,7 +192,7 @@ class Resource:
     def read_exclusive(self, token: int) -> int:
         """The ``rwlock`` workload: a writer's read of the counter, admitted as a write
         (fenced: `admit_write`), so that from this read on no older reader or writer is served
-        (see `Worker.step_rwlock`)."""
+        (see `workloads.rwlock`)."""
         with self._rw_access(token, "write") as cur:
             (value,) = cur.execute("SELECT value FROM state").fetchone()
         return int(json.loads(value))

@@ -23,10 +23,9 @@ from .._state import default_lock_delay
 from ..stores._connect import redact
 from ..stores._registry import DEFAULT_PORTS
 from ..testing.proxy import ChaosProxy
-from . import checks
+from . import checks, workloads
 from .history import (
     NEMESIS,
-    LeaseWindow,
     Recorder,
     history_files,
     read_history,
@@ -37,16 +36,7 @@ from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
 from .processes import RunWorker, Stall, WorkerProcess, tenure_command
 from .report import Report, RunInfo, build_report
-from .resource import (
-    PARTITION,
-    RUN,
-    RWLOCK,
-    SEMAPHORE,
-    create_resource,
-    partition_items,
-    read_resource,
-    slot_items,
-)
+from .resource import RUN, create_resource, read_resource
 from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
@@ -111,21 +101,14 @@ class Run:
         resource = self.out / "resource.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{resource}{suffix}").unlink(missing_ok=True)
-        settings = None
-        if self.workload == PARTITION:  # what the item-ownerless checker needs
-            settings = {"items": partition_items(self.items), "ttl": self.ttl,
-                        "lock_delay": self.effective_lock_delay}  # fmt: skip
-        elif self.workload == SEMAPHORE:  # what the permit-overlap checker needs
-            settings = {"items": slot_items(self.permits), "permits": self.permits}
-        elif self.workload == RWLOCK:
-            settings = {"readers": self.readers}
+        settings = workloads.get(self.workload).settings(self)  # what its checkers need
         create_resource(resource, self.workload, self.store_url, settings)
         rng = random.Random(self.seed)
         recorder = Recorder(history_dir / f"{NEMESIS}.jsonl", NEMESIS)
         nemesis = Nemesis(self, rng, recorder)
         notes: list[str] = []
         observer = None
-        if self.workload == "election":  # a follower: does it see every term?
+        if workloads.get(self.workload).observed:  # a follower: does it see every term?
             observer = Observer(self.store_url, self.lock, history_dir / "observer.jsonl")
         stall = self._store_stall()
         started = time.monotonic()
@@ -182,19 +165,7 @@ class Run:
         )
         report = build_report(info, history, findings, checks.violations(findings), work)
         (self.out / "report.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
-        bars = None
-        if self.workload == RUN:  # when each command worked, in its worker's lane
-            bars = [
-                LeaseWindow(self.lock, s.process, s.token, s.start, s.end, "its last record")
-                for s in checks.work_spans(work)
-            ]
-        elif self.workload in (SEMAPHORE, RWLOCK):  # each grant, to its deadline, in its lane
-            bars = checks.permit_windows(history)
-        elif self.workload == PARTITION:  # what each member owned, in its lane
-            bars = [
-                LeaseWindow(w.item, w.process, w.token, w.start, w.end, w.ended_by)
-                for w in checks.item_windows(history)
-            ]
+        bars = workloads.get(self.workload).lanes(self.lock, history, work)
         write_timeline(self.out / "timeline.html", info, history, findings, bars)
         return report
 

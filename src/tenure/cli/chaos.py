@@ -16,10 +16,10 @@ from tenure import InvalidArgument
 from tenure.stores import StoreEntry, by_key, entries
 
 from ..chaos.report import Report
-from ..chaos.resource import WORKLOADS
 from ..chaos.runner import Run, check_applicable, new_seed
 from ..chaos.scenarios import SCENARIOS
 from ..chaos.servers import ServerControl, launch
+from ..chaos.workloads import NAMES as WORKLOADS
 from . import EXIT_UNAVAILABLE, EXIT_VIOLATION, error, one_line, store_option
 
 
