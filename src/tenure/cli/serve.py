@@ -17,6 +17,8 @@ from . import EXIT_SIGNAL_BASE, store_option
 if TYPE_CHECKING:
     import uvicorn
 
+    from .web.app import Feed
+
 DEFAULT_PORT = 8400
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
 """Host headers a loopback-only server answers (any other: a DNS name rebound to it)."""
@@ -46,16 +48,21 @@ def _url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
-def _server(config: uvicorn.Config, url: str) -> uvicorn.Server:
+def _server(config: uvicorn.Config, url: str, feed: Feed) -> uvicorn.Server:
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's server, which prints the page's URL once it accepts connections."""
+        """uvicorn's server, which prints the page's URL once it accepts connections, and ends
+        the event streams as it stops (it waits for every open response)."""
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started:
                 click.echo(f"tenure serve: {url} (read-only; Ctrl-C stops)")
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            feed.close()
+            await super().shutdown(sockets)
 
     return Server(config)
 
@@ -72,7 +79,7 @@ async def _serve(
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
         )
-        await _server(config, _url(sock)).serve(sockets=[sock])
+        await _server(config, _url(sock), app.state.feed).serve(sockets=[sock])
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -53,6 +53,7 @@ STATIC = {  # path → (file in static/, media type)
     "/": ("index.html", "text/html; charset=utf-8"),
     "/page.js": ("page.js", "text/javascript; charset=utf-8"),
     "/page.css": ("page.css", "text/css; charset=utf-8"),
+    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 
 
@@ -65,6 +66,7 @@ class Feed:
         self.interval = interval
         self.version = 0
         self.payload: State = {"error": "not read yet"}
+        self.closed = False
         self._changed = anyio.Event()
 
     async def run(self) -> None:
@@ -85,11 +87,17 @@ class Feed:
                 self._changed = anyio.Event()
             await anyio.sleep(self.interval)
 
-    async def after(self, seen: int) -> tuple[int, State]:
-        """The first payload published after version ``seen``, and its version."""
-        while self.version == seen:
+    async def after(self, seen: int) -> tuple[int, State] | None:
+        """The first payload published after version ``seen``, and its version; None once
+        closed."""
+        while self.version == seen and not self.closed:
             await self._changed.wait()
-        return self.version, self.payload
+        return None if self.closed else (self.version, self.payload)
+
+    def close(self) -> None:
+        """End every event stream (the server is stopping: it waits for open responses)."""
+        self.closed = True
+        self._changed.set()
 
 
 class AsgiEndpoint:
@@ -132,10 +140,13 @@ def make_app(
             yield "retry: 2000\n\n"  # reconnect after 2 s if the server goes away
             while True:
                 with anyio.move_on_after(KEEPALIVE) as waited:
-                    seen, payload = await feed.after(seen)
+                    got = await feed.after(seen)
                 if waited.cancelled_caught:
                     yield ": still here\n\n"
+                elif got is None:
+                    return
                 else:
+                    seen, payload = got
                     yield f"data: {json.dumps(payload)}\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream", headers=HEADERS)
@@ -168,7 +179,9 @@ def make_app(
             tasks.cancel_scope.cancel()
 
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or ["*"])]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.feed = feed  # closed by the server as it stops (`tenure.cli.serve`)
+    return app
 
 
 __all__ = ["Feed", "make_app"]

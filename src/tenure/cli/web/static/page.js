@@ -72,7 +72,7 @@ const SECTIONS = {
         cell(holder(h), "holder"), left(h.expires_in))),
       "no permit held")))) : el("p", { class: "empty" }, "no semaphores in use"),
   rwlocks: (s) => table(
-    [["name"], ["readers", NUM], ["gate (writer, or next in line)"], ["token", NUM], ["waiting", NUM]],
+    [["name"], ["readers", NUM], ["gate: writer, or next in line"], ["token", NUM], ["waiting", NUM]],
     s.rwlocks.map((r) => row(r.name, cell(r.name, "name"), cell(r.readers.length, "num readers"),
       cell(r.gate ? holder(r.gate) : "-", "writer"), cell(r.gate ? r.gate.token : "-", "num token"),
       cell(r.gate ? r.gate.waiters : 0, NUM))),
