@@ -4,6 +4,7 @@ follows the store; the binding rules refuse what they should."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 from typing import TYPE_CHECKING, Any
@@ -206,3 +207,14 @@ def test_the_shown_url_has_no_credentials_nor_files() -> None:
     shown = public_url("etcd://bob:***@h1:2379,h2:2379/ns?ca=/etc/ca.pem&key=/etc/k.pem")
     assert shown == "etcd://h1:2379,h2:2379/ns"
     assert public_url("redis://:***@[::1]:6379/0?tls=1") == "redis://[::1]:6379/0"
+
+
+def test_ctrl_c_stops_it_with_a_stream_open(sqlite_store_url: str) -> None:
+    """The server waits for open responses as it stops: the event streams end first, so Ctrl-C
+    stops it at once, exit 130, no traceback (`serving` checks stderr)."""
+    with serving(sqlite_store_url) as served:
+        stream = events(served)
+        next(stream)
+        served.proc.send_signal(signal.SIGINT)
+        assert list(stream) == []  # the stream ends: the server closed it
+        assert served.proc.wait(30) == 130

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import anyio
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from .web.app import Feed
 
 DEFAULT_PORT = 8400
-LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1"]
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 """Host headers a loopback-only server answers (any other: a DNS name rebound to it)."""
 
 
@@ -48,12 +50,17 @@ def _url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
-def _server(config: uvicorn.Config, url: str, feed: Feed) -> uvicorn.Server:
+def _server(config: uvicorn.Config, url: str, feed: Feed, signals: list[int]) -> uvicorn.Server:
     import uvicorn
 
     class Server(uvicorn.Server):
-        """uvicorn's server, which prints the page's URL once it accepts connections, and ends
-        the event streams as it stops (it waits for every open response)."""
+        """uvicorn's server, which prints the page's URL once it accepts connections, ends the
+        event streams as it stops (it waits for every open response) and notes in ``signals``
+        which signal stopped it."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            signals.append(sig)
+            super().handle_exit(sig, frame)
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
@@ -69,7 +76,8 @@ def _server(config: uvicorn.Config, url: str, feed: Feed) -> uvicorn.Server:
 
 async def _serve(
     sock: socket.socket, store: str | None, interval: float, allowed: list[str] | None
-) -> None:
+) -> int:
+    """Serve until a signal stops it; the exit code (128 + the signal's number)."""
     import uvicorn
 
     from .web.app import make_app
@@ -79,7 +87,9 @@ async def _serve(
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
         )
-        await _server(config, _url(sock), app.state.feed).serve(sockets=[sock])
+        signals: list[int] = []
+        await _server(config, _url(sock), app.state.feed, signals).serve(sockets=[sock])
+    return EXIT_SIGNAL_BASE + (signals[0] if signals else signal.SIGINT)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -138,10 +148,12 @@ def serve(host: str, port: int, public: bool, interval: float, store: str | None
             " holder to whoever reaches it (docs/serve.md)"
         )
     sock = _listen(host, port)
+    named = f"[{host}]" if ":" in host else host  # as a Host header names it
     try:
-        anyio.run(_serve, sock, store, interval, [*LOOPBACK_HOSTS, host] if loopback else None)
+        return anyio.run(
+            _serve, sock, store, interval, [*LOOPBACK_HOSTS, named] if loopback else None
+        )
     except KeyboardInterrupt:
-        return EXIT_SIGNAL_BASE + 2
+        return EXIT_SIGNAL_BASE + signal.SIGINT
     finally:
         sock.close()
-    return 0
