@@ -74,7 +74,7 @@ def _rwlocks(infos: list[LockInfo]) -> list[State]:
     for name, group in recipes(infos, "rwlock", "gate").items():
         gate = group.gate
         readers = [_holder(info) for info in group.holders]
-        # The gate's holder writes, or is the next reader or writer in line (docs/rwlock.md).
+        # The gate's holder writes, or is the next reader or writer in line (docs/rwlocks.md).
         writer = None if gate is None else {**_holder(gate), "waiters": gate.waiters}
         found.append({"name": name, "readers": readers, "gate": writer})
     return found
