@@ -84,9 +84,14 @@ def serving(store: str, *args: str) -> Iterator[Served]:
         assert "Traceback" not in err, err
 
 
-def events(served: Served) -> Iterator[dict[str, Any]]:
-    """The states /api/events pushes, as they come (each data line one JSON object)."""
+def events(served: Served, timeout: float = 20.0) -> Iterator[dict[str, Any]]:
+    """The states /api/events pushes, as they come (each data line one JSON object); a failure
+    if the stream is still open after ``timeout`` seconds (checked at each line: the server
+    sends a comment at least every 15 s)."""
+    deadline = time.monotonic() + timeout
     with served.http.stream("GET", "/api/events", timeout=30) as stream:
         for line in stream.iter_lines():
+            if time.monotonic() > deadline:
+                pytest.fail("the event stream did not show it in time")
             if line.startswith("data: "):
                 yield json.loads(line[len("data: ") :])

@@ -112,6 +112,8 @@ def test_state_shows_every_primitive_then_nothing(sqlite_store_url: str) -> None
                 )
         finally:
             finish.set()
+            if not lease.released:  # (failed early: the waiter still waits for it)
+                lease.release()
             waiter.join(60)
         after = served.state()
         for part in ("locks", "held_back", "semaphores", "rwlocks", "leaders", "partitions"):
