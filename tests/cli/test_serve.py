@@ -149,8 +149,8 @@ def test_events_push_each_change(sqlite_store_url: str) -> None:
 
 
 def test_healthz_follows_the_store(redis_server: RedisServer) -> None:
-    """200 while the store answers; 503 and one line once it is cut off (a Redis store, which
-    keeps no records: the page has no history then, and still works)."""
+    """200 while the store answers; 503 and one line once it is cut off, 200 again once it is
+    back (a Redis store behind a proxy that resets every connection: shown efficiency-grade)."""
     host, port = redis_server.endpoint.rsplit(":", 1)
     with ChaosProxy(host, int(port)).start_in_thread() as proxy:
         url = f"redis://{proxy.address}/0?prefix=serve_health"
