@@ -110,8 +110,9 @@ class ClientBase:
 
     lock_delays = io(_lock_delays)
 
-    async def _history(self, job: str) -> list[SlotRecord]:
-        """Every recorded slot of ``job``, in slot-key order."""
+    async def _history(self, job: str | None = None) -> list[SlotRecord]:
+        """Every recorded slot of ``job``, in slot-key order; with no job, every job's slots
+        (ordered by job, then slot: what ``tenure serve`` shows)."""
         return await history(self.store, job)
 
     history = io(_history)

@@ -336,9 +336,9 @@ async def _claim_held(
     return claim("claimed", mine, lease, written.version)
 
 
-async def history(store: Store, job: str) -> list[SlotRecord]:
-    """Every recorded slot of ``job``, in slot-key order."""
-    found = await records_of(store).list_records(job_prefix(job))
+async def history(store: Store, job: str | None) -> list[SlotRecord]:
+    """Every recorded slot of ``job`` (None: of every job), in record-key order."""
+    found = await records_of(store).list_records("" if job is None else job_prefix(job))
     return [SlotRecord.from_record(r) for r in found]
 
 

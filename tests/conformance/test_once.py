@@ -53,6 +53,20 @@ async def test_one_runner_then_done_for_everyone(url: str) -> None:
         assert await a.history("nightly-other") == []
 
 
+async def test_history_of_every_job(url: str) -> None:
+    """``client.history()`` with no job: every job's slots, grouped by job (`tenure serve`)."""
+    async with tenure.connect_async(url) as client:
+        assert await client.history() == []
+        for job, slot in (("b/job", "1"), ("a", "2"), ("a", "1"), ("b", "1")):
+            await (await client.once(job, slot, ttl=10).acquire()).complete(0)
+        every = [(s.job, s.slot) for s in await client.history()]
+        assert sorted(every) == [("a", "1"), ("a", "2"), ("b", "1"), ("b/job", "1")]
+        jobs = [job for job, _ in every]
+        assert all(jobs.index(job) + jobs.count(job) - 1 == max(
+            i for i, j in enumerate(jobs) if j == job) for job in jobs)  # fmt: skip
+        assert [s for s in every if s[0] == "a"] == [("a", "1"), ("a", "2")]
+
+
 async def test_at_least_once_runs_again_after_the_runner_lost_the_slot(url: str) -> None:
     async with (
         tenure.connect_async(url, label="a") as a,

@@ -167,6 +167,7 @@ class _Commands(click.Group):
         "cron": "cron",
         "history": "history",
         "partitions": "partitions",
+        "serve": "serve",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

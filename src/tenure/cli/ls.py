@@ -46,7 +46,7 @@ def table(infos: list[LockInfo], held: Sequence[LockDelay] = ()) -> str:
     return columns(rows)
 
 
-def _recipes(infos: list[LockInfo], kind: str, gate: str) -> dict[str, Group]:
+def recipes(infos: list[LockInfo], kind: str, gate: str) -> dict[str, Group]:
     """The locks of one recipe (semaphores, read-write locks) grouped by the recipe's name:
     the slots held, and the gate's holder (the recipe says which lock is which:
     `tenure.describe`)."""
@@ -61,6 +61,7 @@ def _recipes(infos: list[LockInfo], kind: str, gate: str) -> dict[str, Group]:
         elif part.isdigit():
             group = groups.setdefault(name, Group())
             group.slots.append(int(part))
+            group.holders.append(info)
             if info.value is not None and info.value.isdigit():
                 group.counts.append(int(info.value))
     return dict(sorted(groups.items()))
@@ -69,6 +70,8 @@ def _recipes(infos: list[LockInfo], kind: str, gate: str) -> dict[str, Group]:
 @dataclass
 class Group:
     slots: list[int] = field(default_factory=list)
+    holders: list[LockInfo] = field(default_factory=list)
+    """The slots' locks, as ``slots`` lists them (``tenure serve`` shows who holds each)."""
     counts: list[int] = field(default_factory=list)
     """The counts the holders asked with (a semaphore's permits)."""
     gate: LockInfo | None = None
@@ -82,7 +85,7 @@ class Group:
 def semaphores(infos: list[LockInfo]) -> list[str]:
     """A line per semaphore in use: its held slots, and how many wait."""
     lines = []
-    for name, group in _recipes(infos, "semaphore", "queue").items():
+    for name, group in recipes(infos, "semaphore", "queue").items():
         held, slots = len(group.slots), ", ".join(map(str, sorted(group.slots))) or "-"
         # The holders' count (the largest, if they asked with several); none while only waiting.
         count = max(group.counts, default=None)
@@ -98,7 +101,7 @@ def rwlocks(infos: list[LockInfo]) -> list[str]:
     """A line per read-write lock in use: its readers, and who holds its gate (a writer holds
     it while writing; a reader only while it takes its slot, or waits for one)."""
     lines = []
-    for name, group in _recipes(infos, "rwlock", "gate").items():
+    for name, group in recipes(infos, "rwlock", "gate").items():
         gate = group.gate
         who = (
             "no writer"
@@ -185,4 +188,4 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
 
 
-__all__ = ["detail", "ls", "table"]
+__all__ = ["Group", "detail", "ls", "recipes", "table"]
