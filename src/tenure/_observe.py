@@ -79,7 +79,7 @@ def unsubscribe(observer: Observer) -> None:
 
 def scheme(store: Store) -> str:
     """The store's URL scheme (``sqlite``, ``etcd``…): a bounded label."""
-    return store.url.partition(":")[0].lower()
+    return store.scheme
 
 
 def _tell(event: str, *args: object) -> None:
