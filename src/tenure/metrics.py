@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._observe import Observer, Outcome, Renewal, StoreError, subscribe, unsubscribe
 
@@ -139,6 +139,7 @@ class Metrics(Observer):
             self.terms, self.leading_now, self.slots, self.fence_refusals, self.store_errors,
             *([self.leader, self.term] if self.leader and self.term else []),
         ]  # fmt: skip
+        self._children: dict[tuple[object, ...], Any] = {}
         subscribe(self)
 
     def __repr__(self) -> str:
@@ -162,6 +163,14 @@ class Metrics(Observer):
     ) -> None:
         self.close()
 
+    def _at(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: the look-up costs more than the observation."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def _name(self, name: str) -> list[str]:
         """The name label's value, or none if names are not shown."""
         if not self.names:
@@ -172,48 +181,48 @@ class Metrics(Observer):
 
     def acquired(self, kind: str, scheme: str, name: str, outcome: Outcome, waited: float) -> None:
         """Count the acquisition and its time."""
-        self.acquire_seconds.labels(kind, scheme, outcome, *self._name(name)).observe(waited)
+        self._at(self.acquire_seconds, kind, scheme, outcome, *self._name(name)).observe(waited)
 
     def handed_over(self, kind: str, scheme: str, name: str, seconds: float) -> None:
         """Record a waiter's hand-over time."""
-        self.handover_seconds.labels(kind, scheme, *self._name(name)).observe(seconds)
+        self._at(self.handover_seconds, kind, scheme, *self._name(name)).observe(seconds)
 
     def renewed(self, scheme: str, outcome: Renewal, latency: float, slack: float | None) -> None:
         """Record a renewal's latency, and the slack of a confirmed one."""
-        self.renewal_seconds.labels(scheme, outcome).observe(latency)
+        self._at(self.renewal_seconds, scheme, outcome).observe(latency)
         if slack is not None:
-            self.slack_seconds.labels(scheme).observe(max(0.0, slack))
+            self._at(self.slack_seconds, scheme).observe(max(0.0, slack))
 
     def at_risk(self, scheme: str, grants: int) -> None:
         """Count an at-risk event."""
-        self.at_risk_events.labels(scheme).inc()
+        self._at(self.at_risk_events, scheme).inc()
 
     def lost(self, scheme: str, reason: str, grants: int) -> None:
         """Count a session loss and the grants it held."""
-        self.session_losses.labels(scheme, reason).inc()
-        self.grants_lost.labels(scheme, reason).inc(grants)
+        self._at(self.session_losses, scheme, reason).inc()
+        self._at(self.grants_lost, scheme, reason).inc(grants)
 
     def leading(self, scheme: str, election: str, term: int | None) -> None:
         """Count a term won, and follow who leads."""
         if term is not None:
-            self.terms.labels(scheme).inc()
-            self.leading_now.labels(scheme).inc()
+            self._at(self.terms, scheme).inc()
+            self._at(self.leading_now, scheme).inc()
         else:
-            self.leading_now.labels(scheme).dec()
+            self._at(self.leading_now, scheme).dec()
         if self.leader is not None and self.term is not None:
             label = self._name(election)[0]
-            self.leader.labels(scheme, label).set(0 if term is None else 1)
+            self._at(self.leader, scheme, label).set(0 if term is None else 1)
             if term is not None:
-                self.term.labels(scheme, label).set(term)
+                self._at(self.term, scheme, label).set(term)
 
     def slot(self, job: str, outcome: str) -> None:
         """Count a once slot's outcome."""
-        self.slots.labels(outcome, *self._name(job)).inc()
+        self._at(self.slots, outcome, *self._name(job)).inc()
 
     def fence_refused(self, fence: str, resource: str) -> None:
         """Count a fencing refusal."""
-        self.fence_refusals.labels(fence, *self._name(resource)).inc()
+        self._at(self.fence_refusals, fence, *self._name(resource)).inc()
 
     def store_error(self, scheme: str, operation: str, error: StoreError) -> None:
         """Count a failed store call."""
-        self.store_errors.labels(scheme, operation, error).inc()
+        self._at(self.store_errors, scheme, operation, error).inc()
