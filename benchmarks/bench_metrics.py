@@ -4,7 +4,7 @@ metrics on and off, in alternating rounds of one process, and the ratio.
 
 Run from the repository root:
 
-    .venv/bin/python benchmarks/bench_metrics.py            # full run, about 40 s
+    .venv/bin/python benchmarks/bench_metrics.py            # full run, about 30 s
     .venv/bin/python benchmarks/bench_metrics.py --smoke    # a few seconds (scripts/bench_smoke)
     .venv/bin/python benchmarks/bench_metrics.py --json out.json
 
