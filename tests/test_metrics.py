@@ -5,6 +5,8 @@ lock's name unless names were asked for."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -209,3 +211,28 @@ def test_an_observer_that_fails_changes_nothing(tmp_path: Path) -> None:
     finally:
         unsubscribe(broken)
     assert listeners == []
+
+
+def test_tenure_without_the_extra(tmp_path: Path) -> None:
+    """Without prometheus_client tenure (its CLI too) imports and runs; asking for metrics is
+    one line naming the extra."""
+    blocked = "import sys; sys.modules['prometheus_client'] = None\n"
+    script = blocked + (
+        "import tenure, tenure.metrics, tenure.cli.run\n"
+        f"with tenure.connect('sqlite:///{tmp_path}/s.db') as c: c.lock('orders').acquire()\n"
+        "try:\n    tenure.metrics.Metrics()\nexcept ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "tenure.metrics needs prometheus_client: pip install 'tenure[metrics]'"
+    )
+    cli = blocked + "from tenure.cli import main; main()"
+    args = ["run", "--store", f"sqlite:///{tmp_path}/s.db", "--metrics-textfile", "m.prom"]
+    done = subprocess.run(
+        [sys.executable, "-c", cli, *args, "job", "--", "true"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("tenure: error: ") and "tenure[metrics]" in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr

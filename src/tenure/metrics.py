@@ -53,7 +53,7 @@ class Metrics(Observer):
     ) -> None:
         try:
             import prometheus_client as prom
-        except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+        except ImportError as exc:
             raise ImportError(
                 "tenure.metrics needs prometheus_client: pip install 'tenure[metrics]'"
             ) from exc
