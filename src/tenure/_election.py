@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from . import _observe
 from ._arguments import check_arguments
 from ._errors import InvalidArgument, LeaseLost
 from ._handles import AsyncHandle, Handle, SyncHandle
@@ -67,6 +68,8 @@ class LeadershipBase(LeaseBase):
     steps down at once (the next campaigner is elected without waiting for expiry)."""
 
     value: str | None = None
+    _leading = False
+    """True from the campaign's proclaim until the term ends (what observers were told)."""
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "stepped down" if self.released else "leading"
@@ -87,6 +90,30 @@ class LeadershipBase(LeaseBase):
         self.value = value
 
     proclaim = io(_proclaim)
+
+    def _begin_term(self) -> None:
+        """Tell observers this process leads now (once the value is proclaimed)."""
+        self._leading = True
+        if _observe.listeners:
+            _observe.leading(self._keeper.store, self.name, self.term)
+
+    def _end_term(self) -> None:
+        if self._leading:
+            self._leading = False
+            if _observe.listeners:
+                _observe.leading(self._keeper.store, self.name, None)
+
+    def _mark_lost(self, reason: str) -> None:
+        super()._mark_lost(reason)
+        self._end_term()
+
+    def _mark_closed(self) -> None:
+        super()._mark_closed()
+        self._end_term()
+
+    async def _release(self) -> None:
+        self._end_term()
+        await super()._release()
 
 
 class AsyncLeadership(LeadershipBase, AsyncLease):
@@ -115,7 +142,7 @@ async def campaign(
     value = check_value(value)
     lead = await acquire(
         pool, name, ttl, wait=wait, timeout=timeout, on_wait=None, make=make,
-        lock_delay=lock_delay,
+        lock_delay=lock_delay, kind="election",
     )  # fmt: skip
     try:
         await lead._proclaim(value)
@@ -123,6 +150,7 @@ async def campaign(
         with anyio.CancelScope(shield=True):
             await lead._release()
         raise
+    lead._begin_term()
     return lead
 
 
@@ -164,6 +192,7 @@ class ElectionHandle(Handle[LS]):
     """An election: at most one leader at a time, each term greater than the last."""
 
     given_as = "leadership"
+    kind = "election"
     _leadership: type[LS]
 
     def __init__(

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import anyio
 
+from . import _observe
 from ._arguments import check_timeout
 from ._decorators import P, R, Skipped, check_kind, giving
-from ._errors import InvalidArgument, NotAcquired
+from ._errors import InvalidArgument, NotAcquired, StoreUnavailable
 from ._lease import LeaseBase, end_of_hold
 from ._modes import Async, Blocking, io
 
@@ -41,6 +42,8 @@ class Handle(Generic[G]):
 
     given_as: ClassVar[str] = "lease"
     """The parameter by which a decorated function that declares it is given the grant."""
+    kind: ClassVar[str] = "lock"
+    """The kind of primitive, as observers label it (lock, semaphore, rwlock, election…)."""
 
     def __init__(self, pool: SessionPool, name: str, *, wait: bool, timeout: float | None) -> None:
         if not isinstance(wait, bool):
@@ -106,7 +109,27 @@ class Handle(Generic[G]):
         if wait is not None and not isinstance(wait, bool):
             raise InvalidArgument(f"wait must be True or False, got {wait!r}")
         timeout = self.timeout if timeout is None else check_timeout(timeout)
-        self._grant = grant = await self._take(self.wait if wait is None else wait, timeout)
+        wait = self.wait if wait is None else wait
+        if not _observe.listeners:
+            self._grant = grant = await self._take(wait, timeout)
+            return grant
+        clock, store = self._pool.clock, self._pool.store
+        started = clock.now()
+        outcome: _observe.Outcome | None = None  # None: cancelled, which is not told
+        try:
+            self._grant = grant = await self._take(wait, timeout)
+            outcome = "granted" if grant else "not-acquired"  # a falsy claim: not to run here
+        except NotAcquired:
+            outcome = "timeout" if wait else "not-acquired"
+            raise
+        except Exception as exc:
+            outcome = "error"
+            if isinstance(exc, StoreUnavailable):
+                _observe.store_error(store, "acquire", "unavailable")
+            raise
+        finally:
+            if outcome is not None:
+                _observe.acquired(self.kind, store, self.name, outcome, clock.now() - started)
         return grant
 
     acquire = io(_acquire)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
+from . import _observe
 from ._arguments import check_arguments, check_timeout
 from ._errors import InvalidArgument, LeaseLost, NotAcquired
 from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._modes import current_caller
-from ._names import check_plain
+from ._names import check_plain, kind_of
 from ._state import DEFAULT_TTL, Loss
 from .stores._spi import Busy, LockInfo
 
@@ -44,12 +45,16 @@ async def acquire(
     on_wait: WaitCallback | None,
     make: type[L] = AsyncLease,  # type: ignore[assignment]
     lock_delay: float | None = None,
+    kind: str | None = None,
 ) -> L:
+    """Take lock ``name`` for a lease of class ``make`` (see the module doc); ``kind``: what
+    observers call it (default: what its name says, `kind_of`)."""
     clock = pool.clock
     give_up = math.inf if timeout is None else clock.now() + timeout
     ticket: object | None = None
     keeper: SessionKeeper | None = None
     last_holder: object = ()
+    woken: float | None = None  # when the last wait ended: the hand-over is measured from it
     try:
         while True:
             if keeper is None or keeper.expired():
@@ -72,6 +77,9 @@ async def acquire(
                     keeper.confirm_grant(t_sent)
                 if keeper.expired():  # the session died meanwhile: the grant is worthless
                     continue
+                if woken is not None and _observe.listeners:
+                    seconds = clock.now() - woken
+                    _observe.handed_over(kind or kind_of(name), keeper.store, name, seconds)
                 return lease  # no checkpoint between the grant and here
             ticket = outcome.ticket
             seen = None if outcome.holder is None else (outcome.holder.token, outcome.holder.holder)
@@ -89,6 +97,7 @@ async def acquire(
             nap = min(left, cap, outcome.retry_in if outcome.retry_in is not None else cap)
             assert ticket is not None
             await keeper.store.wait(ticket, outcome, max(nap, 0.0))
+            woken = clock.now() if _observe.listeners else None
     except BaseException:
         if ticket is not None and keeper is not None:
             await _leave(keeper, ticket)

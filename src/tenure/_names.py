@@ -72,6 +72,15 @@ def reserve(prefix: str, kind: str, plural: str) -> None:
     _RESERVED[prefix] = (kind, plural)
 
 
+def kind_of(name: str) -> str:
+    """The kind of primitive whose lock ``name`` is, as observers label it: a recipe's (its
+    prefix says) or ``lock`` (an election says so itself)."""
+    for prefix, (kind, _plural) in _RESERVED.items():
+        if name.startswith(prefix):
+            return "partitions" if kind == "partition group" else kind
+    return "lock"
+
+
 def check_plain(name: object) -> str:
     """A name a plain lock (or an election) may take: valid, and not a recipe's own."""
     name = check_name(name)

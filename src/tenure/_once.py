@@ -32,6 +32,7 @@ from urllib.parse import quote, unquote
 
 import anyio
 
+from . import _observe
 from ._arguments import check_arguments
 from ._decorators import Skipped, not_run, slot_of
 from ._errors import InvalidArgument, LeaseLost, NotAcquired, StaleToken, TenureError
@@ -218,6 +219,8 @@ class ClaimBase(Generic[L]):
                     f"{self.record.job}/{self.record.slot}", self.record.token, highest
                 )
             self.record = end
+            if _observe.listeners:
+                _observe.slot(end.job, f"ended-{end.state}")
             return end
         finally:
             await lease._release()
@@ -346,6 +349,7 @@ class OnceHandle(Handle[C]):
     """A job's slot, run once: by one runner of many, and not again once it is over."""
 
     given_as = "claim"
+    kind = "once"
     _claim: type[C]
 
     def __init__(
@@ -377,10 +381,13 @@ class OnceHandle(Handle[C]):
 
     async def _take(self, wait: bool, timeout: float | None) -> C:
         self._key = check_slot(self._slot_of())
-        return await claim(
+        taken = await claim(
             self._pool, self.job, self._key, ttl=self.ttl, policy=self.policy, wait=wait,
             timeout=timeout, make=self._claim,
         )  # fmt: skip
+        if _observe.listeners:
+            _observe.slot(self.job, taken.state)
+        return taken
 
     def lease_of(self, grant: C) -> LeaseBase | None:
         return grant.lease if grant else None

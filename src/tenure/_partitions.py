@@ -485,6 +485,7 @@ class PartitionGroupHandle(Handle[M]):
     """A partition group: its members split ``items``, each item owned by one at a time."""
 
     given_as = "member"
+    kind = "partitions"
     _member: type[M]
 
     def __init__(

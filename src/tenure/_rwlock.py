@@ -253,6 +253,7 @@ def _left(pool: SessionPool, give_up: float) -> float | None:
 class RWSideHandle(Handle[RL]):
     """One side of a read-write lock: its read lock (shared) or its write lock (alone)."""
 
+    kind = "rwlock"
     _lease: type[RL]
 
     def __init__(

@@ -257,6 +257,7 @@ class SemaphoreHandle(Handle[PL]):
     """A semaphore: at most ``permits`` holders at a time, in arrival order."""
 
     given_as = "permit"
+    kind = "semaphore"
     _permit: type[PL]
 
     def __init__(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from . import _observe
 from ._clock import Clock
 from ._errors import StoreUnavailable
 from ._state import LeaseState, Loss, Timing
@@ -83,6 +84,9 @@ class SessionKeeper:
 
     def _lose_leases(self) -> None:
         reason = self.state.lost_reason or "lost"
+        if _observe.listeners and not self._stopped.is_set():  # the first time only
+            loss = (self.state.loss or Loss.ERROR).name.lower()
+            _observe.lost(self.store, loss, len(self._listeners))
         for listener in list(self._listeners.values()):
             listener.lost(reason)
         self._stopped.set()
@@ -103,6 +107,8 @@ class SessionKeeper:
             at_risk_at = self.state.at_risk_at
             if now >= at_risk_at and warned_at != at_risk_at:
                 warned_at = at_risk_at
+                if _observe.listeners:
+                    _observe.at_risk(self.store, len(self._listeners))
                 for listener in list(self._listeners.values()):
                     listener.at_risk()
             wake = self.state.deadline if warned_at == at_risk_at else at_risk_at
@@ -125,22 +131,42 @@ class SessionKeeper:
                 with anyio.fail_after(max(0.0, self.state.deadline - t_sent)):
                     alive = await self.store.keep_alive(self.handle)
             except TimeoutError:
+                if _observe.listeners:
+                    self._tell_renewal("timeout", "timeout", t_sent)
                 self.expired()
                 continue
             except StoreUnavailable as exc:
+                if _observe.listeners:
+                    self._tell_renewal("retry", "unavailable", t_sent)
                 attempt += 1
                 log.info("tenure: renewal %d failed (%s); retrying", attempt, exc)
                 await anyio.sleep(self.state.retry_delay(attempt, self.clock.now()))
                 continue
             except Exception as exc:  # a store's bug must still end in a loud, orderly loss
+                if _observe.listeners:
+                    self._tell_renewal("error", "unexpected", t_sent)
                 log.exception("tenure: renewal raised an unexpected error")
                 self.lose(f"renewal failed unexpectedly: {exc!r}")
                 return
+            now, stop_by = self.clock.now(), self.state.deadline  # the stop-by this one replaces
+            outcome: _observe.Renewal = "ok"
             if not alive:
+                outcome = "gone"
                 self.lose("the store says the session is gone", Loss.GONE)
-            elif not self.state.confirm(t_sent, self.clock.now()):
+            elif not self.state.confirm(t_sent, now):
+                outcome = "late"
                 self._lose_leases()
+            if _observe.listeners:
+                slack = stop_by - now if outcome == "ok" else None
+                _observe.renewed(self.store, outcome, now - t_sent, slack)
             return
+
+    def _tell_renewal(
+        self, outcome: _observe.Renewal, error: _observe.StoreError, t_sent: float
+    ) -> None:
+        """A renewal the store did not answer, and the store's error."""
+        _observe.renewed(self.store, outcome, self.clock.now() - t_sent, None)
+        _observe.store_error(self.store, "renew", error)
 
     def confirm_grant(self, t_sent: float) -> bool:
         """A grant that also renewed the session: its deadline counts from ``t_sent``."""
@@ -158,6 +184,8 @@ class SessionKeeper:
             with anyio.CancelScope(shield=True):
                 await self.store.release(self.handle, name, token)
         except StoreUnavailable as exc:
+            if _observe.listeners:
+                _observe.store_error(self.store, "release", "unavailable")
             # The lock cannot be deleted now; stop renewing the session so it expires within ttl.
             self.lose(f"release of {name!r} failed ({exc}); session abandoned")
 

@@ -31,6 +31,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from . import _observe
 from ._errors import InvalidArgument, StaleToken
 
 if TYPE_CHECKING:
@@ -105,6 +106,12 @@ class SQLFence:
         await conn.execute(self._ddl)
         await conn.commit()
 
+    def _refused(self, resource: str, token: int, highest: int) -> StaleToken:
+        """The error that refuses ``token``, told to observers (``tenure.metrics``) first."""
+        if _observe.listeners:
+            _observe.fence_refused(type(self).__name__, resource)
+        return StaleToken(resource, token, highest)
+
     # -- admit inside the caller's transaction --------------------------------------------------
 
     def admit(self, cursor: DBAPICursor, resource: str, token: int) -> None:
@@ -123,7 +130,7 @@ class SQLFence:
         if cursor.fetchall():
             return
         cursor.execute(self._select.format(p=p), (resource,))
-        raise StaleToken(resource, token, _highest(cursor.fetchall(), token))
+        raise self._refused(resource, token, _highest(cursor.fetchall(), token))
 
     async def admit_async(
         self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int
@@ -139,7 +146,7 @@ class SQLFence:
         if await cursor.fetchall():
             return
         await cursor.execute(self._select.format(p="%s"), (resource,))
-        raise StaleToken(resource, token, _highest(await cursor.fetchall(), token))
+        raise self._refused(resource, token, _highest(await cursor.fetchall(), token))
 
     # -- a read-write lock's reads and writes (``client.read_lock`` / ``write_lock``) -----------
 
@@ -153,7 +160,7 @@ class SQLFence:
         cursor.execute(self._select.format(p=p), (resource,))
         written = _highest(cursor.fetchall(), token)
         if written > token:
-            raise StaleToken(resource, token, written)
+            raise self._refused(resource, token, written)
 
     def admit_write(self, cursor: DBAPICursor, resource: str, token: int) -> None:
         """Admit a writer's ``token`` or raise `StaleToken` if a reader or writer granted later
@@ -174,7 +181,7 @@ class SQLFence:
         await cursor.execute(self._select.format(p="%s"), (resource,))
         written = _highest(await cursor.fetchall(), token)
         if written > token:
-            raise StaleToken(resource, token, written)
+            raise self._refused(resource, token, written)
 
     async def admit_write_async(
         self, cursor: psycopg.AsyncCursor[Any], resource: str, token: int

@@ -29,6 +29,7 @@ from . import (
     open_client,
 )
 from .child import CommandError, resolve_command
+from .metrics import serve_option
 from .once import policy_option, run_slot
 from .run import Interrupted, check_inputs, signals_interrupt
 from .schedule import Schedule, parse_schedule, slot_key
@@ -60,6 +61,7 @@ DEFAULT_JITTER = 1.0
     help="Wait a random 0..S seconds after a slot is due before claiming it.",
 )
 @click.option("--count", type=int, default=None, metavar="N", help="Stop after N slots.")
+@serve_option
 @lease_options(
     ttl="Lease TTL of each slot: a dead runner's slot is taken over this long after it died.",
     label="A label shown by 'tenure history' and 'tenure ls'.",

@@ -25,6 +25,7 @@ from . import (
     open_client,
 )
 from .child import CommandError, resolve_command
+from .metrics import serve_option
 from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 
@@ -43,6 +44,7 @@ from .run import Interrupted, check_inputs, signals_interrupt, supervise
     help="When the command exits, keep leading and start it again (default: resign and exit "
     "with its code).",
 )
+@serve_option
 @lease_options(
     ttl="Lease TTL of the leadership, in seconds; renewed every TTL/3.",
     label="A label shown by 'tenure leader' and 'tenure ls'.",

@@ -31,6 +31,7 @@ from . import (
     open_client,
 )
 from .child import CommandError, resolve_command
+from .metrics import textfile_option
 from .run import Interrupted, check_inputs, signals_interrupt, supervise
 
 
@@ -137,6 +138,7 @@ def _not_here(run: tenure.Claim) -> str:
     "if its runner dies (default: exit 75 at once).",
 )
 @click.option("--timeout", type=float, default=None, metavar="S", help="Give up waiting (75).")
+@textfile_option
 @lease_options(
     ttl="Lease TTL: a dead runner's slot is taken over this long after it died.",
     label="A label shown by 'tenure history' and 'tenure ls'.",

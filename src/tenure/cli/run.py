@@ -45,6 +45,7 @@ from . import (
     open_client,
 )
 from .child import FORWARDED, CommandError, resolve_command, running
+from .metrics import textfile_option
 from .stopby import Cause
 
 
@@ -161,6 +162,7 @@ def _check_inputs(
     help="NAME is a read-write lock: run while holding its write lock, alone; --read runs that"
     " come later wait for it. TENURE_MODE is then write.",
 )
+@textfile_option
 @lease_options(
     ttl="Lease TTL in seconds; renewed every TTL/3 while the command runs.",
     label="A label shown to waiters and by 'tenure ls'.",
