@@ -27,6 +27,7 @@ from tenure.checks import (
     Grade,
     check_arguments,
     check_label,
+    check_plain,
     check_readers,
     check_semaphore,
 )
@@ -148,16 +149,13 @@ def _check_inputs(
 )
 @click.option(
     "--read",
-    "mode",
-    flag_value="read",
-    default=None,
+    is_flag=True,
     help="NAME is a read-write lock: run while holding its read lock, beside other --read"
     " runs and never beside a --write one. TENURE_MODE is then read.",
 )
 @click.option(
     "--write",
-    "mode",
-    flag_value="write",
+    is_flag=True,
     help="NAME is a read-write lock: run while holding its write lock, alone; --read runs that"
     " come later wait for it. TENURE_MODE is then write.",
 )
@@ -173,7 +171,8 @@ def run(
     wait: bool,
     timeout: float | None,
     permits: int | None,
-    mode: str | None,
+    read: bool,
+    write: bool,
     grace: float | None,
     lock_delay: float | None,
     store: str | None,
@@ -191,12 +190,17 @@ def run(
     the session is gone: SIGKILL at once).
     """
     grace_s = _check_inputs(name, ttl, timeout, grace, label, lock_delay)
-    if permits is not None:
-        check_semaphore(name, permits)
+    if read and write:  # (one flag each: with one shared destination the last would win)
+        raise click.UsageError("--read and --write do not go together: pick one")
+    mode = "read" if read else "write" if write else None
     if permits is not None and mode is not None:
         raise click.UsageError(f"--permits and --{mode} do not go together: pick one")
-    if mode is not None:
+    if permits is not None:
+        check_semaphore(name, permits)
+    elif mode is not None:
         check_readers(name, DEFAULT_READERS)
+    else:
+        check_plain(name)  # a recipe's own name: refused before the store is opened (or made)
     try:
         resolve_command(command[0])
     except CommandError as exc:
