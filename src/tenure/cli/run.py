@@ -45,7 +45,7 @@ from . import (
     one_line,
     open_client,
 )
-from .child import FORWARDED, CommandError, resolve_command, running
+from .child import FORWARDED, CommandError, resolve_command, running, settle
 from .stopby import Cause
 
 
@@ -374,6 +374,8 @@ def _supervise(
     cause = child.stopped
     if cause is None:
         return Outcome(code, stopped=False)
+    if cause is Cause.RENEWALS:
+        settle(lease)  # it obeyed SIGTERM before the deadline: lost, or renewed since?
     if lease.lost:
         reason = one_line(lease.lost_reason or "lost")
         click.echo(f"tenure: {what} lost ({cause.value}): {reason}", err=True)
