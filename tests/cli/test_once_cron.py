@@ -181,6 +181,40 @@ def test_a_paused_runner_does_not_record_its_late_end(cli: Cli) -> None:
     assert (slot["state"], slot["label"], slot["attempts"]) == ("done", "b", 2)
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_cron_says_what_it_waits_for_and_a_requested_stop_exits_0(
+    cli: Cli, signum: signal.Signals
+) -> None:
+    """One line at start; SIGTERM (systemctl stop) or SIGINT while idle: exit 0, so the unit
+    of docs/once.md does not show as failed."""
+    daemon = cli.start("cron", "every 1h", "report", "--store", cli.store, "--", "true")
+    assert daemon.stderr is not None
+    start = daemon.stderr.readline()  # its first frame: it is up, waiting for the slot
+    assert start.startswith("tenure: cron 'report' on 'every 1h' (UTC): next slot 20"), start
+    assert f"; store {cli.store}" in start and ":00:00Z in " in start
+    daemon.send_signal(signum)
+    _, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert err == f"tenure: cron 'report' stopped by {signum.name}\n"
+
+
+def test_cron_stopped_while_a_slot_runs_exits_0_and_leaves_the_slot(cli: Cli) -> None:
+    """Stopped mid-slot: the command gets the signal, the slot's end is not recorded (another
+    server takes it over), and the daemon exits 0: the stop was asked for."""
+    work = "touch running; sleep 30"
+    daemon = cli.start(
+        "cron", "every 1s", "report", "--store", cli.store, "--jitter", "0", "--",
+        "sh", "-c", work, cwd=cli.tmp,
+    )  # fmt: skip
+    cli.until(lambda: (cli.tmp / "running").exists(), what="a slot running")
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert "stopped by a signal; end not recorded" in err and "Traceback" not in err
+    [slot] = history(cli, cli.store, "report")
+    assert slot["state"] == "running" and slot["exit_code"] is None
+
+
 def test_bad_input_is_one_line(cli: Cli) -> None:
     for args in (
         ["once", "job", "--slot", "", "--", "true"],
