@@ -154,7 +154,8 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     """Show who holds each lock: token, holder (host, pid, label), time left, waiters; and the
     free names that lock-delay holds back (their last lease ended without a release).
 
-    With NAME, show that one lock in detail; exit 1 if it is not held (held back or free).
+    With NAME, show that one lock in detail; a semaphore or read-write lock NAME in use shows
+    its held locks (permits, readers, gate) and a summary. Exit 1 if nothing of NAME is held.
 
     \b
     --json prints a list of objects (empty if nothing is held or held back):
@@ -168,21 +169,37 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     try:
         infos = client.locks(name)
         held = client.lock_delays(name)
+        parts = recipe_locks(client.locks(), name) if name is not None and not infos else []
     finally:
         client.close()
     if as_json:
-        data = [_as_json(info) for info in infos] + [_held_json(h) for h in held]
+        data = [_as_json(info) for info in infos + parts] + [_held_json(h) for h in held]
         click.echo(json.dumps(data, indent=2))
     elif name is not None:
         if infos:
             click.echo(detail(infos[0]))
+        elif parts:  # NAME is a semaphore or read-write lock in use: its locks, and a summary
+            click.echo(table(parts))
+            for line in semaphores(parts) + rwlocks(parts):
+                click.echo(line)
         else:
             click.echo(held_back_line(held[0]) if held else f"lock {name!r} is not held")
     else:
         click.echo(table(infos, held) if infos or held else "no locks held")
         for line in semaphores(infos) + rwlocks(infos):
             click.echo(line)
-    return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
+    return EXIT_NOT_HELD if name is not None and not infos and not parts else EXIT_OK
+
+
+def recipe_locks(infos: list[LockInfo], name: str) -> list[LockInfo]:
+    """The held locks of the semaphore or read-write lock called ``name`` (its permits' slots
+    and queue, its readers' slots and gate), as the recipe names them (`tenure.describe`)."""
+    found = []
+    for info in infos:
+        lock = describe(info.name)
+        if lock is not None and lock.kind in ("semaphore", "rwlock") and lock.of == name:
+            found.append(info)
+    return found
 
 
 __all__ = ["detail", "ls", "table"]
