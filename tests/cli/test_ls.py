@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import TYPE_CHECKING
 
 import tenure
@@ -122,3 +123,29 @@ def test_a_full_semaphore_and_a_held_rwlock_by_their_names(cli: Cli) -> None:
     assert doc.stdout.splitlines()[-1].startswith("read-write lock 'doc': 0 reader(s), gate held")
     assert sorted(info["name"] for info in as_json) == ["semaphore/pool/0", "semaphore/pool/1"]
     assert cli("ls", "pool", "--store", cli.store).returncode == 1  # released: nothing held
+
+
+def test_watch_redraws_on_changes_and_ends_on_ctrl_c(cli: Cli) -> None:
+    """A real `tenure ls --watch` on a pipe: a frame per change, each ended by a blank line."""
+    watcher = cli.start("ls", "--watch", "--store", cli.store)
+    assert watcher.stdout is not None
+
+    def frame() -> list[str]:  # the next frame: the lines up to a blank one
+        lines = []
+        while (line := watcher.stdout.readline()) != "\n":
+            assert line, "tenure ls --watch ended"
+            lines.append(line.rstrip("\n"))
+        return lines
+
+    assert frame() == ["no locks held"]  # the first frame: it is up (no clock before this)
+    with tenure.connect(cli.store, label="t") as client:
+        lease = client.lock("deploy", 20).acquire()
+        held = frame()
+        lease.release()
+        freed = frame()
+    assert held[0].split() == ["NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS"]
+    assert held[1].split()[:2] == ["deploy", str(lease.token)] and "(t)" in held[1]
+    assert freed == ["no locks held"]
+    watcher.send_signal(signal.SIGINT)
+    _, err = watcher.communicate(timeout=20)
+    assert (watcher.returncode, err) == (0, "")

@@ -72,8 +72,8 @@ def _jobs(client: tenure.Client, as_json: bool) -> int:
         last = slots[-1]
         state = GONE if last.slot in gone else last.state
         if as_json:
-            click.echo(json.dumps({"job": job, "slots": len(slots), "last": last.slot,
-                                   "state": last.state, "runner_gone": last.slot in gone}))  # fmt: skip
+            data = {"job": job, "slots": len(slots), "last": last.slot, "state": last.state}
+            click.echo(json.dumps({**data, "runner_gone": last.slot in gone}))
         rows.append([shown(job), str(len(slots)), shown(last.slot), state])
     if not as_json:
         if len(rows) == 1:

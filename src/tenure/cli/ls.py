@@ -3,10 +3,12 @@ free names are held back by lock-delay, until when."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+import anyio
 import click
 
 import tenure
@@ -14,6 +16,7 @@ from tenure import LockDelay, LockInfo, describe
 from tenure.checks import check_name
 
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
+from .watching import REREAD, changes, frame, on_interrupt
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
 
@@ -150,7 +153,13 @@ def _held_json(held: LockDelay) -> dict[str, object]:
 @click.argument("name", required=False)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, for scripts.")
-def ls(name: str | None, store: str | None, as_json: bool) -> int:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="A live table: shown again each time a holder, token or waiter changes (read every"
+    f" {REREAD:g}s), until Ctrl-C (exit 0). With --json, one list per line.",
+)
+def ls(name: str | None, store: str | None, as_json: bool, watch: bool) -> int:
     """Show who holds each lock: token, holder (host, pid, label), time left, waiters; and the
     free names that lock-delay holds back (their last lease ended without a release).
 
@@ -165,6 +174,10 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     """
     if name is not None:
         check_name(name)
+    if watch:
+        if name is not None:
+            raise click.UsageError("--watch shows every lock: give no NAME")
+        return _watch(store, as_json)
     client = tenure.connect(store)
     try:
         infos = client.locks(name)
@@ -189,6 +202,51 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
         for line in semaphores(infos) + rwlocks(infos):
             click.echo(line)
     return EXIT_NOT_HELD if name is not None and not infos and not parts else EXIT_OK
+
+
+Frame = tuple[list[LockInfo], list[LockDelay]]
+
+
+def _settled(now: Frame) -> object:
+    """What a frame shows but the seconds left: what a change of it changes."""
+    infos, held = now
+    return [(i.name, i.token, i.holder, i.waiters) for i in infos], [
+        (h.name, h.token) for h in held
+    ]
+
+
+def _frame(now: Frame, as_json: bool) -> str:
+    infos, held = now
+    if as_json:
+        return json.dumps([_as_json(info) for info in infos] + [_held_json(h) for h in held])
+    lines = [table(infos, held) if infos or held else "no locks held"]
+    return "\n".join(lines + semaphores(infos) + rwlocks(infos))
+
+
+def _watch(store: str | None, as_json: bool) -> int:
+    """``tenure ls --watch``: the table again each time it changes, until Ctrl-C."""
+
+    def show(now: Frame) -> None:
+        (click.echo if as_json else frame)(_frame(now, as_json))
+
+    async def follow() -> None:
+        async with tenure.connect_async(store) as client:
+
+            async def read() -> Frame:
+                return await client.locks(), await client.lock_delays()
+
+            async def pause(_now: Frame) -> None:
+                await anyio.sleep(REREAD)  # no watch covers every name: a short poll
+
+            now = await read()
+            show(now)
+            with anyio.CancelScope() as scope, on_interrupt(scope.cancel):
+                async for new in changes(now, read, _settled, pause):
+                    show(new)
+
+    with contextlib.suppress(KeyboardInterrupt):  # before the loop's own handler was in place
+        anyio.run(follow)
+    return EXIT_OK
 
 
 def recipe_locks(infos: list[LockInfo], name: str) -> list[LockInfo]:
