@@ -246,7 +246,7 @@ def test_history_lists_jobs_and_says_when_a_runner_is_gone(cli: Cli) -> None:
     assert cli("once", "a-job", "--slot", "s1", "--store", cli.store, "--", "true").returncode == 0
     runner = cli.start(
         "once", "nightly", "--slot", "s1", "--store", cli.store, "--ttl", "1", "--",
-        "sh", "-c", "touch running; sleep 30", cwd=cli.tmp,
+        "sh", "-c", "touch running; exec sleep 30", cwd=cli.tmp,
     )  # fmt: skip
     cli.until(lambda: (cli.tmp / "running").exists(), what="the slot running")
     listing = cli("history", "--store", cli.store).stdout.splitlines()
