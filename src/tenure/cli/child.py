@@ -226,8 +226,10 @@ def settle(lease: Settling) -> None:
     happened to the lease, not a guess made halfway through an outage."""
     verdict = threading.Event()
     lease.on_lost(lambda _lease: verdict.set())
-    while lease.at_risk and not lease.lost:
-        verdict.wait(WATCH_TICK)  # a loss wakes it at once; a renewal is seen within a tick
+    # A loss wakes it at once, a renewal is seen within a tick; past the deadline by a second
+    # (the lease marks its own loss at it), it stops waiting rather than ever hang.
+    while lease.at_risk and not lease.lost and lease.clock.now() < lease.stop_by + 1.0:
+        verdict.wait(WATCH_TICK)
 
 
 def end_group(pgid: int) -> None:
