@@ -23,7 +23,7 @@ from ._lock import AsyncLock, Lock
 from ._loop_thread import LoopThread
 from ._modes import Async, io, maker
 from ._names import check_name
-from ._once import AsyncOnce, Once, SlotRecord, history
+from ._once import AsyncOnce, Once, SlotRecord, history, jobs
 from ._options import ClientOptions, ConnectKeywords, Unpack
 from ._partitions import AsyncPartitionGroup, PartitionGroup
 from ._pool import SessionPool
@@ -116,6 +116,12 @@ class ClientBase:
         return await history(self.store, job)
 
     history = io(_history)
+
+    async def _jobs(self) -> list[str]:
+        """The jobs with at least one recorded slot (``history`` shows each), sorted."""
+        return await jobs(self.store)
+
+    jobs = io(_jobs)
 
 
 class AsyncClient(ClientBase, Async):

@@ -83,6 +83,12 @@ class SlotRecord:
         return f"{self.host} pid {self.pid}"
 
     @property
+    def lock(self) -> str:
+        """The name of the lock a runner of this slot holds while it runs: a slot ``running``
+        whose lock nobody holds has no live runner (it died, or lost its lease)."""
+        return LOCK_PREFIX + record_key(self.job, self.slot)
+
+    @property
     def duration(self) -> float | None:
         """Seconds the last attempt ran (None while it runs)."""
         return None if self.ended is None else max(0.0, self.ended - self.started)
@@ -343,6 +349,12 @@ async def history(store: Store, job: str | None) -> list[SlotRecord]:
     """Every recorded slot of ``job`` (None: of every job), in record-key order."""
     found = await records_of(store).list_records("" if job is None else job_prefix(job))
     return [SlotRecord.from_record(r) for r in found]
+
+
+async def jobs(store: Store) -> list[str]:
+    """The jobs that have at least one recorded slot, sorted by name."""
+    found = await records_of(store).list_records("")
+    return sorted({split_key(r.key)[0] for r in found})
 
 
 class OnceHandle(Handle[C]):

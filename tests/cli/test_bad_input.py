@@ -81,7 +81,7 @@ def test_reserved_lock_names_are_refused(cli: Cli, command: str, name: str, kept
     line = cli.one_error_line(done.stderr)
     assert f"lock name {name!r} is under" in line and kept_by in line
     assert not (cli.tmp / "ran").exists()
-    assert cli.locks() == []
+    assert not cli.db.exists()  # refused before the store is opened: nothing made
 
 
 def test_usage_errors_are_one_line(cli: Cli) -> None:
@@ -104,11 +104,19 @@ def test_usage_errors_are_one_line(cli: Cli) -> None:
         ("etcd://127.0.0.1:1", 69, "127.0.0.1:1"),
         ("sqlite://host/x.db", 2, "bad SQLite store URL"),
         ("sqlite:////nonexistent-dir/x.db", 69, "no such directory"),
+        ("sqlite:////", 2, "the path '/' names a directory, not a file"),
+        ("sqlite:///dir/", 2, "the path 'dir/' names a directory, not a file"),
+        ("sqlite:///..", 2, "the path '..' names a directory, not a file"),
+        ("sqlite:///a%00b", 2, "the path holds a NUL byte"),
     ],
 )
 def test_bad_store_urls(cli: Cli, url: str, code: int, expected: str) -> None:
-    for args in (["run", "--store", url, "job", "--", "true"], ["ls", "--store", url]):
-        done = cli(*args)
+    for args in (
+        ["run", "--store", url, "job", "--", "true"],
+        ["ls", "--store", url],
+        ["history", "--store", url, "job"],
+    ):
+        done = cli(*args, cwd=cli.tmp)
         assert done.returncode == code
         assert expected in cli.one_error_line(done.stderr)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import TYPE_CHECKING
+
+import tenure
 
 if TYPE_CHECKING:
     from conftest import Cli
@@ -100,3 +103,49 @@ def test_a_name_held_back_by_lock_delay(cli: Cli) -> None:
     assert 25 < entry["free_in"] <= 30
     busy = cli("run", "--store", cli.store, "--no-wait", "job", "--", "true")
     assert busy.returncode == 75
+
+
+def test_a_full_semaphore_and_a_held_rwlock_by_their_names(cli: Cli) -> None:
+    with tenure.connect(cli.store, label="t") as client:
+        permits = [client.semaphore("pool", 2, 20).acquire() for _ in range(2)]
+        writer = client.rwlock("doc", 20).write.acquire()
+        pool = cli("ls", "pool", "--store", cli.store)
+        doc = cli("ls", "doc", "--store", cli.store)
+        as_json = json.loads(cli("ls", "pool", "--json", "--store", cli.store).stdout)
+        writer.release()
+        for permit in permits:
+            permit.release()
+    assert pool.returncode == 0, pool.stderr
+    lines = pool.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:3]] == ["semaphore/pool/0", "semaphore/pool/1"]
+    assert lines[-1] == "semaphore 'pool': 2 of 2 permits held (slots 0, 1), 0 free, 0 waiting"
+    assert doc.returncode == 0, doc.stderr
+    assert doc.stdout.splitlines()[-1].startswith("read-write lock 'doc': 0 reader(s), gate held")
+    assert sorted(info["name"] for info in as_json) == ["semaphore/pool/0", "semaphore/pool/1"]
+    assert cli("ls", "pool", "--store", cli.store).returncode == 1  # released: nothing held
+
+
+def test_watch_redraws_on_changes_and_ends_on_ctrl_c(cli: Cli) -> None:
+    """A real `tenure ls --watch` on a pipe: a frame per change, each ended by a blank line."""
+    watcher = cli.start("ls", "--watch", "--store", cli.store)
+    assert watcher.stdout is not None
+
+    def frame() -> list[str]:  # the next frame: the lines up to a blank one
+        lines = []
+        while (line := watcher.stdout.readline()) != "\n":
+            assert line, "tenure ls --watch ended"
+            lines.append(line.rstrip("\n"))
+        return lines
+
+    assert frame() == ["no locks held"]  # the first frame: it is up (no clock before this)
+    with tenure.connect(cli.store, label="t") as client:
+        lease = client.lock("deploy", 20).acquire()
+        held = frame()
+        lease.release()
+        freed = frame()
+    assert held[0].split() == ["NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS"]
+    assert held[1].split()[:2] == ["deploy", str(lease.token)] and "(t)" in held[1]
+    assert freed == ["no locks held"]
+    watcher.send_signal(signal.SIGINT)
+    _, err = watcher.communicate(timeout=20)
+    assert (watcher.returncode, err) == (0, "")

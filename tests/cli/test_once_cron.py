@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+import tenure
 from tenure.cli.schedule import due_of
 from tenure.stores._clockshift import ClockShift
 
@@ -179,6 +180,93 @@ def test_a_paused_runner_does_not_record_its_late_end(cli: Cli) -> None:
     assert "paused past the deadline" in err
     slot = history(cli, cli.store, "nightly")[0]
     assert (slot["state"], slot["label"], slot["attempts"]) == ("done", "b", 2)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_cron_says_what_it_waits_for_and_a_requested_stop_exits_0(
+    cli: Cli, signum: signal.Signals
+) -> None:
+    """One line at start; SIGTERM (systemctl stop) or SIGINT while idle: exit 0, so the unit
+    of docs/once.md does not show as failed."""
+    daemon = cli.start("cron", "every 1h", "report", "--store", cli.store, "--", "true")
+    assert daemon.stderr is not None
+    start = daemon.stderr.readline()  # its first frame: it is up, waiting for the slot
+    assert start.startswith("tenure: cron 'report' on 'every 1h' (UTC): next slot 20"), start
+    assert f"; store {cli.store}" in start and ":00:00Z in " in start
+    daemon.send_signal(signum)
+    _, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert err == f"tenure: cron 'report' stopped by {signum.name}\n"
+
+
+def test_cron_stopped_while_a_slot_runs_exits_0_and_leaves_the_slot(cli: Cli) -> None:
+    """Stopped mid-slot: the command gets the signal, the slot's end is not recorded (another
+    server takes it over), and the daemon exits 0: the stop was asked for."""
+    work = "touch running; sleep 30"
+    daemon = cli.start(
+        "cron", "every 1s", "report", "--store", cli.store, "--jitter", "0", "--",
+        "sh", "-c", work, cwd=cli.tmp,
+    )  # fmt: skip
+    cli.until(lambda: (cli.tmp / "running").exists(), what="a slot running")
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=20)
+    assert daemon.returncode == 0, err
+    assert "stopped by a signal; end not recorded" in err and "Traceback" not in err
+    [slot] = history(cli, cli.store, "report")
+    assert slot["state"] == "running" and slot["exit_code"] is None
+
+
+def test_history_shows_a_raised_functions_error_and_no_exit_code(cli: Cli) -> None:
+    with tenure.connect(cli.store) as client:
+
+        @client.once("fn", "s1")
+        def job() -> None:
+            raise RuntimeError("the disk is full")
+
+        with pytest.raises(RuntimeError):
+            job()
+    done = cli("history", "fn", "--store", cli.store)
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()
+    assert header.split()[-2:] == ["EXIT", "ERROR"]
+    assert row.split()[:2] == ["s1", "failed"]
+    assert row.endswith("  -     RuntimeError: the disk is full"), row
+
+
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_history_refuses_a_count_below_one(cli: Cli, count: str) -> None:
+    done = cli("history", "job", "--last", count, "--store", cli.store)
+    assert done.returncode == 2
+    assert "Invalid value for '--last'" in cli.one_error_line(done.stderr)
+
+
+def test_history_lists_jobs_and_says_when_a_runner_is_gone(cli: Cli) -> None:
+    """Without a job: the jobs that have records. A slot whose runner was SIGKILLed stays
+    recorded 'running'; once its lease is over it is shown as 'running (runner gone)'."""
+    assert cli("once", "a-job", "--slot", "s1", "--store", cli.store, "--", "true").returncode == 0
+    runner = cli.start(
+        "once", "nightly", "--slot", "s1", "--store", cli.store, "--ttl", "1", "--",
+        "sh", "-c", "touch running; exec sleep 30", cwd=cli.tmp,
+    )  # fmt: skip
+    cli.until(lambda: (cli.tmp / "running").exists(), what="the slot running")
+    listing = cli("history", "--store", cli.store).stdout.splitlines()
+    assert [line.split() for line in listing] == [
+        ["JOB", "SLOTS", "LAST", "SLOT", "STATE"],
+        ["a-job", "1", "s1", "done"],
+        ["nightly", "1", "s1", "running"],  # its runner is alive: no hint
+    ]
+    runner.kill()  # its command dies with it (PR_SET_PDEATHSIG); nothing records an end
+
+    def shown() -> str:
+        return cli("history", "nightly", "--store", cli.store).stdout
+
+    assert "running (runner gone)" in cli.until(
+        lambda: "runner gone" in shown() and shown(), what="the lease to run out"
+    )
+    [slot] = history(cli, cli.store, "nightly")
+    assert (slot["state"], slot["runner_gone"]) == ("running", True)
+    listing = cli("history", "--store", cli.store).stdout.splitlines()
+    assert listing[-1].split() == ["nightly", "1", "s1", "running", "(runner", "gone)"]
 
 
 def test_bad_input_is_one_line(cli: Cli) -> None:

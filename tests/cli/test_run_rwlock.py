@@ -70,3 +70,11 @@ def test_a_lock_of_two_kinds_is_one_line_and_holds_nothing(cli: Cli) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--permits and --read do not go together" in done.stderr
     assert cli.locks() == []
+
+
+def test_read_and_write_together_are_refused_in_either_order(cli: Cli) -> None:
+    for flags in (["--read", "--write"], ["--write", "--read"]):
+        done = cli("run", "--store", cli.store, *flags, "doc", "--", "touch", "ran", cwd=cli.tmp)
+        assert done.returncode == 2, flags
+        assert "--read and --write do not go together" in cli.one_error_line(done.stderr)
+    assert not cli.db.exists() and not (cli.tmp / "ran").exists()

@@ -81,6 +81,31 @@ def test_failed_renewals_stop_the_command_by_the_deadline(cli: Cli) -> None:
     assert last < store_expiry, "the command worked past the store's expiry of its lease"
 
 
+def test_a_command_that_obeys_sigterm_mid_outage_is_reported_lost(cli: Cli) -> None:
+    """The command exits on SIGTERM, before the deadline, the store still unreachable: the
+    lease was not renewed since, so it is lost (76, docs/stop-by.md), not 'recovered'."""
+    proc, child = _start(cli, "--ttl", "3", finish="0")
+    cli.until(lambda: cli.held("job"), what="the lock to be held")
+    assert proc.stderr is not None
+    blocker = sqlite3.connect(cli.db, isolation_level=None, timeout=10)
+    blocker.execute("BEGIN EXCLUSIVE")  # no renewal can be confirmed until tenure's verdict
+    lines: list[str] = []
+    try:
+        while not any("lost (" in line or "recovered" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        assert cli.gone(child) and _log(cli, "term")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    _, rest = proc.communicate(timeout=10)
+    err = "".join(lines) + rest
+    assert proc.returncode == 76, err
+    assert "lost (renewals failed): the deadline passed without a confirmed renewal" in err
+    assert "recovered" not in err and "Traceback" not in err
+
+
 def test_paused_past_the_deadline_kills_at_once(cli: Cli) -> None:
     proc, child = _start(cli, "--ttl", "1")
     cli.until(lambda: cli.held("job"), what="the lock to be held")

@@ -38,7 +38,14 @@ from tenure import Clock, Loss
 
 from .stopby import Cause, StopBy
 
-__all__ = ["Child", "CommandError", "die_with_parent_setter", "resolve_command", "running"]
+__all__ = [
+    "Child",
+    "CommandError",
+    "die_with_parent_setter",
+    "resolve_command",
+    "running",
+    "settle",
+]
 
 NOT_EXECUTABLE = 126
 NOT_FOUND = 127
@@ -199,6 +206,30 @@ class Child:
         self._wake.set()
         end_group(self.pid)
         return 128 - code if code < 0 else code
+
+
+class Settling(Watched, Protocol):
+    """What `settle` reads of a lease besides `Watched` (``tenure.Lease`` has it)."""
+
+    @property
+    def at_risk(self) -> bool: ...
+    @property
+    def lost(self) -> bool: ...
+
+
+def settle(lease: Settling) -> None:
+    """Wait until a lease whose renewals are overdue is either renewed again or lost.
+
+    A command that obeys SIGTERM usually ends before its lease's deadline, while the store is
+    still unreachable: the lease is then neither lost nor confirmed. Waiting for the verdict
+    (at most until the deadline, when the lease is lost) makes what tenure reports what
+    happened to the lease, not a guess made halfway through an outage."""
+    verdict = threading.Event()
+    lease.on_lost(lambda _lease: verdict.set())
+    # A loss wakes it at once, a renewal is seen within a tick; past the deadline by a second
+    # (the lease marks its own loss at it), it stops waiting rather than ever hang.
+    while lease.at_risk and not lease.lost and lease.clock.now() < lease.stop_by + 1.0:
+        verdict.wait(WATCH_TICK)
 
 
 def end_group(pgid: int) -> None:

@@ -86,8 +86,10 @@ def cron(
     """Run COMMAND for each slot of SCHEDULE (UTC) on exactly one of the servers running this.
 
     SCHEDULE is a cron expression ("0 2 * * *") or an interval ("every 30s", units ms, s, m,
-    h). Runs until stopped (SIGINT/SIGTERM: a running command gets the signal, and its slot
-    is left to another server), or for --count slots.
+    h). Prints one line at start (job, schedule, next slot, store). Runs until stopped, or
+    for --count slots. SIGINT/SIGTERM are a requested stop: exit 0, also while a slot runs
+    (its command gets the signal and its end is not recorded: the slot is left to another
+    server, by --policy).
     """
     grace_s = check_inputs(name, ttl, None, grace, label, lock_delay)
     check_policy(policy)
@@ -102,18 +104,27 @@ def cron(
         return exc.code
     client = open_client(store, label, require, quiet, lock_delay)
     try:
-        return _loop(
-            client, child_url(store, client), plan, name, command, policy, catch_up, jitter,
-            ttl, grace_s, count, quiet,
-        )  # fmt: skip
-    except Interrupted as exc:
-        if not quiet:
-            click.echo(
-                f"tenure: cron {name!r} stopped by {signal.Signals(exc.signum).name}", err=True
-            )
-        return EXIT_SIGNAL_BASE + exc.signum
+        with signals_interrupt():  # from the start line on: a stop is never a traceback
+            return _loop(
+                client, child_url(store, client), plan, name, command, policy, catch_up,
+                jitter, ttl, grace_s, count, quiet,
+            )  # fmt: skip
+    except Interrupted as exc:  # between slots, or while waiting for another's runner
+        return _stopped(name, exc.signum, EXIT_SIGNAL_BASE + exc.signum, quiet)
     finally:
         client.close()
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM)
+"""What `systemctl stop` or Ctrl-C sends: a requested stop, exit 0 (a unit stopped on
+purpose must not show as failed)."""
+
+
+def _stopped(name: str, signum: int, code: int, quiet: bool) -> int:
+    """What the daemon exits with once ``signum`` stopped it; ``code`` unless it was asked to."""
+    if not quiet:
+        click.echo(f"tenure: cron {name!r} stopped by {signal.Signals(signum).name}", err=True)
+    return EXIT_OK if signum in STOPS else code
 
 
 def _loop(
@@ -135,18 +146,24 @@ def _loop(
     assert isinstance(client, tenure.Client)
     now = time.time()
     due = plan.latest_at_or_before(now) if catch_up == "latest" else plan.next_after(now)
+    if not quiet:
+        click.echo(
+            f"tenure: cron {name!r} on {plan.text!r} (UTC): next slot {slot_key(due)} "
+            f"in {_span(due - now)}; store {client.url}",
+            err=True,
+        )
     done = 0
     while count is None or done < count:
         with signals_interrupt():
             time.sleep(max(0.0, due - time.time()) + random.uniform(0, jitter))
         following = plan.next_after(due)
-        code, stopped = run_slot(
+        code, signum = run_slot(
             client, name, slot_key(due), command,
             ttl=ttl, grace=grace, policy=policy, wait=True,
             timeout=max(0.1, following - time.time()), quiet=quiet, url=url,
         )  # fmt: skip
-        if stopped:
-            return code
+        if signum is not None:
+            return _stopped(name, signum, code, quiet)
         done += 1
         now = time.time()
         if following > now:
@@ -156,3 +173,14 @@ def _loop(
         else:
             due = plan.next_after(now)
     return EXIT_OK
+
+
+def _span(seconds: float) -> str:
+    """``0s``, ``42s``, ``3h12m``: how long until a slot is due (whole seconds, coarser above
+    an hour)."""
+    left = max(0, round(seconds))
+    hours, rest = divmod(left, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

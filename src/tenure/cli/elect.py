@@ -13,7 +13,7 @@ import socket
 
 import click
 
-from tenure.checks import Grade, check_value
+from tenure.checks import Grade, check_plain, check_value
 
 from . import (
     EXIT_CODES_HELP,
@@ -65,6 +65,7 @@ def elect(
 ) -> int:
     """Campaign for leadership of NAME and run COMMAND while leading (put -- before it)."""
     grace_s = check_inputs(name, ttl, None, grace, label, lock_delay)
+    check_plain(name)  # before the store is opened (or made)
     value = check_value(socket.gethostname() if value is None else value)
     try:
         resolve_command(command[0])

@@ -3,10 +3,12 @@ free names are held back by lock-delay, until when."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+import anyio
 import click
 
 import tenure
@@ -14,6 +16,7 @@ from tenure import LockDelay, LockInfo, describe
 from tenure.checks import check_name
 
 from . import EXIT_NOT_HELD, EXIT_OK, columns, store_option
+from .watching import REREAD, changes, frame, on_interrupt
 
 COLUMNS = ("NAME", "TOKEN", "HOLDER", "EXPIRES", "WAITERS")
 
@@ -153,11 +156,18 @@ def _held_json(held: LockDelay) -> dict[str, object]:
 @click.argument("name", required=False)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, for scripts.")
-def ls(name: str | None, store: str | None, as_json: bool) -> int:
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="A live table: shown again each time a holder, token or waiter changes (read every"
+    f" {REREAD:g}s), until Ctrl-C (exit 0). With --json, one list per line.",
+)
+def ls(name: str | None, store: str | None, as_json: bool, watch: bool) -> int:
     """Show who holds each lock: token, holder (host, pid, label), time left, waiters; and the
     free names that lock-delay holds back (their last lease ended without a release).
 
-    With NAME, show that one lock in detail; exit 1 if it is not held (held back or free).
+    With NAME, show that one lock in detail; a semaphore or read-write lock NAME in use shows
+    its held locks (permits, readers, gate) and a summary. Exit 1 if nothing of NAME is held.
 
     \b
     --json prints a list of objects (empty if nothing is held or held back):
@@ -167,25 +177,90 @@ def ls(name: str | None, store: str | None, as_json: bool) -> int:
     """
     if name is not None:
         check_name(name)
+    if watch:
+        if name is not None:
+            raise click.UsageError("--watch shows every lock: give no NAME")
+        return _watch(store, as_json)
     client = tenure.connect(store)
     try:
         infos = client.locks(name)
         held = client.lock_delays(name)
+        parts = recipe_locks(client.locks(), name) if name is not None and not infos else []
     finally:
         client.close()
     if as_json:
-        data = [_as_json(info) for info in infos] + [_held_json(h) for h in held]
+        data = [_as_json(info) for info in infos + parts] + [_held_json(h) for h in held]
         click.echo(json.dumps(data, indent=2))
     elif name is not None:
         if infos:
             click.echo(detail(infos[0]))
+        elif parts:  # NAME is a semaphore or read-write lock in use: its locks, and a summary
+            click.echo(table(parts))
+            for line in semaphores(parts) + rwlocks(parts):
+                click.echo(line)
         else:
             click.echo(held_back_line(held[0]) if held else f"lock {name!r} is not held")
     else:
         click.echo(table(infos, held) if infos or held else "no locks held")
         for line in semaphores(infos) + rwlocks(infos):
             click.echo(line)
-    return EXIT_NOT_HELD if name is not None and not infos else EXIT_OK
+    return EXIT_NOT_HELD if name is not None and not infos and not parts else EXIT_OK
+
+
+Frame = tuple[list[LockInfo], list[LockDelay]]
+
+
+def _settled(now: Frame) -> object:
+    """What a frame shows but the seconds left: what a change of it changes."""
+    infos, held = now
+    return [(i.name, i.token, i.holder, i.waiters) for i in infos], [
+        (h.name, h.token) for h in held
+    ]
+
+
+def _frame(now: Frame, as_json: bool) -> str:
+    infos, held = now
+    if as_json:
+        return json.dumps([_as_json(info) for info in infos] + [_held_json(h) for h in held])
+    lines = [table(infos, held) if infos or held else "no locks held"]
+    return "\n".join(lines + semaphores(infos) + rwlocks(infos))
+
+
+def _watch(store: str | None, as_json: bool) -> int:
+    """``tenure ls --watch``: the table again each time it changes, until Ctrl-C."""
+
+    def show(now: Frame) -> None:
+        (click.echo if as_json else frame)(_frame(now, as_json))
+
+    async def follow() -> None:
+        async with tenure.connect_async(store) as client:
+
+            async def read() -> Frame:
+                return await client.locks(), await client.lock_delays()
+
+            async def pause(_now: Frame) -> None:
+                await anyio.sleep(REREAD)  # no watch covers every name: a short poll
+
+            now = await read()
+            show(now)
+            with anyio.CancelScope() as scope, on_interrupt(scope.cancel):
+                async for new in changes(now, read, _settled, pause):
+                    show(new)
+
+    with contextlib.suppress(KeyboardInterrupt):  # before the loop's own handler was in place
+        anyio.run(follow)
+    return EXIT_OK
+
+
+def recipe_locks(infos: list[LockInfo], name: str) -> list[LockInfo]:
+    """The held locks of the semaphore or read-write lock called ``name`` (its permits' slots
+    and queue, its readers' slots and gate), as the recipe names them (`tenure.describe`)."""
+    found = []
+    for info in infos:
+        lock = describe(info.name)
+        if lock is not None and lock.kind in ("semaphore", "rwlock") and lock.of == name:
+            found.append(info)
+    return found
 
 
 __all__ = ["Group", "detail", "ls", "recipes", "table"]

@@ -59,9 +59,9 @@ def run_slot(
     timeout: float | None,
     quiet: bool,
     url: str,
-) -> tuple[int, bool]:
+) -> tuple[int, int | None]:
     """Claim the slot and run ``command`` for it if this server is to: the exit code to report,
-    and whether a signal for tenure stopped the command (then no end is recorded).
+    and the signal for tenure that stopped the command, if one did (then no end is recorded).
 
     Signals while waiting raise ``Interrupted`` (nothing held); while the command runs they are
     passed on to it.
@@ -71,7 +71,7 @@ def run_slot(
     if not run:
         if not quiet:
             click.echo(f"tenure: {job} {slot}: {_not_here(run)}", err=True)
-        return (EXIT_BUSY if run.state == "running" else EXIT_OK), False
+        return (EXIT_BUSY if run.state == "running" else EXIT_OK), None
     assert run.lease is not None
     if not quiet:
         click.echo(
@@ -92,18 +92,18 @@ def run_slot(
         run.abandon()
         if forwarded and not quiet:
             click.echo(f"tenure: {job} {slot}: stopped by a signal; end not recorded", err=True)
-        return code, bool(forwarded)
+        return code, forwarded[0] if forwarded else None
     try:
         end = run.complete(code)
     except tenure.LeaseLost as exc:
         error(f"{job} {slot}: end not recorded: {exc}")
-        return EXIT_LOST, False
+        return EXIT_LOST, None
     except tenure.StaleToken as exc:
         error(f"{job} {slot}: end refused: the slot was claimed again since ({exc})")
-        return EXIT_LOST, False
+        return EXIT_LOST, None
     if not quiet:
         click.echo(f"tenure: {job} {slot}: {end.state} (exit {code})", err=True)
-    return code, False
+    return code, None
 
 
 def _not_here(run: tenure.Claim) -> str:

@@ -3,11 +3,9 @@ member owns each item now — or the map again each time it changes."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import signal
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -19,8 +17,8 @@ from tenure import Holder, LockInfo
 
 from . import EXIT_NOT_HELD, EXIT_OK, EXIT_SIGNAL_BASE, columns, store_option
 from .ls import shown
+from .watching import REREAD, changes, on_interrupt
 
-REREAD = 1.0  # seconds between two reads at most while watching: expiries nobody announces
 Map = dict[str, Any]
 
 
@@ -108,22 +106,27 @@ async def _follow(client: tenure.AsyncClient, now: Map, show: Callable[[Map], st
     group, rung, watched = now["group"], [anyio.Event()], dict[str, anyio.CancelScope]()
     failed: tenure.TenureError | None = None
     names = tenure.PartitionLocks(group)
+
+    async def read() -> Map:
+        return read_map(group, await client.locks(prefix=names.prefix))
+
     async with anyio.create_task_group() as tg:
+
+        async def pause(now: Map) -> None:  # until a watched lock changes, or REREAD passed
+            ids = {m["id"] for m in now["members"]}
+            for member in [m for m in watched if m not in ids]:
+                watched.pop(member).cancel()
+            for member in ids - watched.keys():
+                watched[member] = scope = anyio.CancelScope()
+                tg.start_soon(_observe, client, names.member(member), rung, scope)
+            with anyio.move_on_after(REREAD):
+                await rung[0].wait()
+            rung[0] = anyio.Event()
+
         tg.start_soon(_observe, client, names.bell, rung, anyio.CancelScope())
         try:
-            while True:
-                ids = {m["id"] for m in now["members"]}
-                for member in [m for m in watched if m not in ids]:
-                    watched.pop(member).cancel()
-                for member in ids - watched.keys():
-                    watched[member] = scope = anyio.CancelScope()
-                    tg.start_soon(_observe, client, names.member(member), rung, scope)
-                with anyio.move_on_after(REREAD):
-                    await rung[0].wait()
-                rung[0] = anyio.Event()
-                last, now = now, read_map(group, await client.locks(prefix=names.prefix))
-                if _settled(now) != _settled(last):
-                    click.echo(("" if show is json.dumps else "\n") + show(now))
+            async for new in changes(now, read, _settled, pause):
+                click.echo(("" if show is json.dumps else "\n") + show(new))
         except tenure.TenureError as exc:  # raised below, not in an ExceptionGroup: one line
             failed = exc
             tg.cancel_scope.cancel()
@@ -136,22 +139,10 @@ async def _show(group: str, store: str | None, watch: bool, show: Callable[[Map]
         now = read_map(group, await client.locks(prefix=tenure.PartitionLocks(group).prefix))
         click.echo(show(now))
         if watch:
-            with anyio.CancelScope() as scope, _on_interrupt(scope.cancel):
+            with anyio.CancelScope() as scope, on_interrupt(scope.cancel):
                 await _follow(client, now, show)  # until Ctrl-C cancels it
             return EXIT_SIGNAL_BASE + 2  # as tenure leader --watch ends on Ctrl-C
     return EXIT_OK if now["members"] else EXIT_NOT_HELD
-
-
-@contextlib.contextmanager
-def _on_interrupt(stop: Callable[[], object]) -> Iterator[None]:
-    """Ctrl-C calls ``stop`` on the loop, instead of asyncio's cancelling the main task: that
-    cancel could meet one of anyio's own (a read's time-out) and be taken for it."""
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, stop)
-    try:
-        yield
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -27,6 +27,7 @@ from tenure.checks import (
     Grade,
     check_arguments,
     check_label,
+    check_plain,
     check_readers,
     check_semaphore,
 )
@@ -44,7 +45,7 @@ from . import (
     one_line,
     open_client,
 )
-from .child import FORWARDED, CommandError, resolve_command, running
+from .child import FORWARDED, CommandError, resolve_command, running, settle
 from .metrics import textfile_option
 from .stopby import Cause
 
@@ -149,16 +150,13 @@ def _check_inputs(
 )
 @click.option(
     "--read",
-    "mode",
-    flag_value="read",
-    default=None,
+    is_flag=True,
     help="NAME is a read-write lock: run while holding its read lock, beside other --read"
     " runs and never beside a --write one. TENURE_MODE is then read.",
 )
 @click.option(
     "--write",
-    "mode",
-    flag_value="write",
+    is_flag=True,
     help="NAME is a read-write lock: run while holding its write lock, alone; --read runs that"
     " come later wait for it. TENURE_MODE is then write.",
 )
@@ -175,7 +173,8 @@ def run(
     wait: bool,
     timeout: float | None,
     permits: int | None,
-    mode: str | None,
+    read: bool,
+    write: bool,
     grace: float | None,
     lock_delay: float | None,
     store: str | None,
@@ -193,12 +192,17 @@ def run(
     the session is gone: SIGKILL at once).
     """
     grace_s = _check_inputs(name, ttl, timeout, grace, label, lock_delay)
-    if permits is not None:
-        check_semaphore(name, permits)
+    if read and write:  # (one flag each: with one shared destination the last would win)
+        raise click.UsageError("--read and --write do not go together: pick one")
+    mode = "read" if read else "write" if write else None
     if permits is not None and mode is not None:
         raise click.UsageError(f"--permits and --{mode} do not go together: pick one")
-    if mode is not None:
+    if permits is not None:
+        check_semaphore(name, permits)
+    elif mode is not None:
         check_readers(name, DEFAULT_READERS)
+    else:
+        check_plain(name)  # a recipe's own name: refused before the store is opened (or made)
     try:
         resolve_command(command[0])
     except CommandError as exc:
@@ -372,6 +376,8 @@ def _supervise(
     cause = child.stopped
     if cause is None:
         return Outcome(code, stopped=False)
+    if cause is Cause.RENEWALS:
+        settle(lease)  # it obeyed SIGTERM before the deadline: lost, or renewed since?
     if lease.lost:
         reason = one_line(lease.lost_reason or "lost")
         click.echo(f"tenure: {what} lost ({cause.value}): {reason}", err=True)

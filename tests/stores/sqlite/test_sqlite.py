@@ -542,3 +542,22 @@ async def test_a_hand_over_between_the_check_and_the_attempt_is_a_grant(
     [info] = await store.locks("L")
     assert (info.holder.label, info.waiters) == ("B", 0)
     await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("sqlite:////", "the path '/' names a directory"),
+        ("sqlite:///dir/", "the path 'dir/' names a directory"),
+        ("sqlite:///.", "the path '.' names a directory"),
+        ("sqlite:///a%00b", "NUL byte"),
+    ],
+)
+def test_a_url_that_names_no_file_is_one_line_invalid_argument(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, why: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(tenure.InvalidArgument, match=why) as raised:
+        tenure.connect(url)
+    assert "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # nothing made

@@ -85,11 +85,17 @@ class SQLiteStore(Store, Elections, Records):
         if parts.netloc or parts.query or parts.fragment:
             raise checked.bad(f"use {USAGE}")
         raw = unquote(parts.path)
+        if "\0" in raw:
+            raise checked.bad("the path holds a NUL byte (%00)")
         if raw in ("", "/"):
             path = default_path()
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         else:
             path = Path(raw[1:])
+            # A trailing "/" (or "." / "..") names a directory: refused here, in one line,
+            # rather than opened as a file or failing later on the empty name of "/".
+            if raw.endswith("/") or path.name in ("", ".", ".."):
+                raise checked.bad(f"the path {raw[1:]!r} names a directory, not a file")
         return cls(path.absolute())
 
     @property
