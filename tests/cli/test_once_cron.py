@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import tenure
+from frozen import pause_outside_a_write
 from tenure.cli.schedule import due_of
 from tenure.stores._clockshift import ClockShift
 
@@ -169,7 +170,9 @@ def test_a_paused_runner_does_not_record_its_late_end(cli: Cli) -> None:
     cli.until(lambda: runs(log), what="a running")
     b = once("b", 0)
     cli.until(lambda: cli.held("once:nightly/s1", waiters=1), what="b waiting")
-    os.killpg(a.pid, signal.SIGSTOP)
+    pause_outside_a_write(
+        lambda: os.killpg(a.pid, signal.SIGSTOP), lambda: os.killpg(a.pid, signal.SIGCONT), cli.db
+    )
     try:
         assert b.wait(20) == 0, b.communicate()
     finally:

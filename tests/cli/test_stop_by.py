@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+from frozen import pause_outside_a_write
 from tenure.testing.proxy import ChaosProxy
 
 if TYPE_CHECKING:
@@ -109,7 +110,9 @@ def test_a_command_that_obeys_sigterm_mid_outage_is_reported_lost(cli: Cli) -> N
 def test_paused_past_the_deadline_kills_at_once(cli: Cli) -> None:
     proc, child = _start(cli, "--ttl", "1")
     cli.until(lambda: cli.held("job"), what="the lock to be held")
-    proc.send_signal(signal.SIGSTOP)  # tenure, not the command: its lease runs out meanwhile
+    pause_outside_a_write(  # tenure, not the command: its lease runs out meanwhile
+        lambda: proc.send_signal(signal.SIGSTOP), lambda: proc.send_signal(signal.SIGCONT), cli.db
+    )
     time.sleep(1.5)
     assert cli.locks() == []  # the store expired it
     resumed = time.monotonic()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,11 +16,12 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 import tenure
+from frozen import pause_outside_a_write
 from tenure.stores.redis.server import RedisServer
 from tenure_tools.celery_nodes import CeleryNodes, fail_over, read_ticks, wait_until
 
@@ -75,31 +75,6 @@ def wait_for_ticks(nodes: CeleryNodes, count: int, term: int | None = None) -> N
     )
 
 
-class Pausable(Protocol):
-    def pause(self) -> None: ...
-    def resume(self) -> None: ...
-
-
-def pause_outside_a_write(node: Pausable, store_url: str) -> None:
-    """SIGSTOP ``node`` at a moment it holds no write transaction of the embedded store: one
-    frozen inside a transaction keeps the file's one write lock, and every lock on it, until
-    it runs again (docs/stores/sqlite.md). A pause that lands there is undone and taken again,
-    so the test pauses a beat past its term, not the store."""
-    path = store_url.removeprefix("sqlite:///")
-    for _ in range(20):
-        node.pause()
-        probe = sqlite3.connect(path, timeout=2.0, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return
-        except sqlite3.OperationalError:
-            node.resume()
-        finally:
-            probe.close()
-    raise AssertionError("every pause landed inside a write transaction")
-
-
 def test_beat_on_every_node_sends_each_fire_time_once_across_kill_and_pause(
     nodes: CeleryNodes, sqlite_store_url: str
 ) -> None:
@@ -111,7 +86,8 @@ def test_beat_on_every_node_sends_each_fire_time_once_across_kill_and_pause(
         killed = fail_over(nodes, client, ELECTION, Path(nodes.env["OUT"]))
         second, term = killed.successor, killed.term
         wait_for_ticks(nodes, 2, term)
-        pause_outside_a_write(nodes.nodes[second], sqlite_store_url)  # past its term
+        beat = nodes.nodes[second]  # paused past its term:
+        pause_outside_a_write(beat.pause, beat.resume, sqlite_store_url.removeprefix("sqlite:///"))
         _third, term = nodes.leader(client, ELECTION, not_term=term)
         wait_for_ticks(nodes, 2, term)
         nodes.nodes[second].resume()
