@@ -1,10 +1,11 @@
-"""Helpers shared by the benchmark scripts (``bench_sqlite.py``, ``bench_stores.py``).
+"""Helpers shared by the benchmark scripts (``bench_sqlite.py``, ``bench_stores.py``, …).
 
 Statistics (nearest-rank percentiles, Jain's index), the worker side of the line protocol
 (``emit``, ``read_command``, ``die_with_parent``), the parent side (``Child``, ``children``),
 timing loops for one uncontended acquire+release cycle, the analysis of a contention run from
 shared-monotonic stamps, one fail-over trial (SIGKILL the holder, time the waiter's grant), /proc
-readings, and plain-text tables.
+readings, plain-text tables, and the plumbing of every script's ``--smoke`` run (``Smoke``,
+``each``, ``fan_out``).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 PROTO = "@@"  # prefix of protocol lines on a worker's stdout; anything else there is ignored
 
@@ -409,11 +411,15 @@ def analyse_contention(
 
 
 def failover_trial(
-    script: str | Path, config: dict[str, Any], workdir: Path, env: Mapping[str, str] | None = None
+    script: str | Path,
+    config: dict[str, Any],
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    settle: float = 1.0,
 ) -> dict[str, float]:
     """One fail-over: a ``failover`` worker of ``script`` holds (and says ``held <stamp>``), a
-    second one asks (``asking``); 1 s later the holder gets SIGKILL. Seconds from the kill to the
-    waiter's grant (negative: granted before the kill, a violation)."""
+    second one asks (``asking``); ``settle`` seconds later the holder gets SIGKILL. Seconds from
+    the kill to the waiter's grant (negative: granted before the kill, a violation)."""
     with children() as kids:
         holder = Child(script, "failover", {**config, "role": "holder"}, workdir / "h.log", env)
         kids.append(holder)
@@ -425,7 +431,7 @@ def failover_trial(
         kids.append(waiter)
         if waiter.expect(timeout=90) != "asking":
             raise BenchError("waiter did not start")
-        time.sleep(1.0)  # let the waiter settle into waiting
+        time.sleep(settle)  # let the waiter settle into waiting
         killed = time.monotonic()
         os.kill(holder.pid, signal.SIGKILL)
         got = float(waiter.result(timeout=90)["got"])
@@ -492,3 +498,137 @@ def report_failover(results: list[dict[str, Any]]) -> str:
         )
     headers = ["variant", "lock-delay s", "trials", "min s", "median s", "max s", "median / TTL"]
     return table([*headers, "granted before the kill", "target (max)", "each trial s"], rows)
+
+
+# -- smoke runs -----------------------------------------------------------------------------------
+#
+# Every script's ``--smoke``: each part, store and row it measures, with tiny counts, for CI
+# (scripts/bench_smoke). It checks that the benchmark works — every row produced a number, no
+# part failed — never its figures: no timing is judged, so no load on the machine can fail it.
+
+SMOKE_HELP = "check that every part and row runs, with tiny counts; judges no figure (CI)"
+SMOKE_STORES_HELP = SMOKE_HELP + "; the stores side by side, a process each"
+SMOKE_SETTLE_S = 0.2
+"""A smoke run's pause where a measurement lets its waiters settle into waiting (1 s, 0.5 s)."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def skip_line(row: str, why: str) -> str:
+    """The one line a smoke run says about a row that cannot run here."""
+    return f"smoke: skipped {row}: {why}"
+
+
+@dataclass
+class Smoke:
+    """What a smoke run found: the rows that produced a number, the rows skipped (a comparison
+    library that cannot run here, said in one line each) and the problems. ``exit_code`` prints
+    the outcome."""
+
+    rows: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def number(self, row: str, value: object) -> None:
+        """``row`` must have produced a finite number (which one is not judged)."""
+        real = isinstance(value, (int, float)) and not isinstance(value, bool)
+        with self._lock:
+            if real and math.isfinite(value):
+                self.rows.append(row)
+            else:
+                self.problems.append(f"{row}: no number ({value!r})")
+
+    def fail(self, row: str, why: str) -> None:
+        with self._lock:
+            self.problems.append(f"{row}: {why}")
+
+    def skip(self, row: str, why: str) -> None:
+        """``row`` cannot run here: one line now, and the run goes on without it."""
+        line = skip_line(row, why)
+        print(line, flush=True)
+        with self._lock:
+            self.skipped.append(line)
+
+    def exit_code(self) -> int:
+        for problem in self.problems:
+            print(f"smoke: FAILED {problem}")
+        outcome = "FAILED" if self.problems else "ok"
+        print(
+            f"smoke: {outcome}: {len(self.rows)} rows produced a number, "
+            f"{len(self.skipped)} skipped, {len(self.problems)} failed",
+            flush=True,
+        )
+        return 1 if self.problems else 0
+
+
+def acquired_per_s(result: dict[str, Any] | None) -> float | None:
+    """A contention row's acquisitions per second; None when it got the lock not even once."""
+    return result["per_s"] if result and result["acquisitions"] else None
+
+
+def first_trial(result: dict[str, Any] | None) -> float | None:
+    """A fail-over row's first trial, in seconds; None when it has none."""
+    trials = (result or {}).get("trials") or [{}]
+    return trials[0].get("failover_s")
+
+
+def each(items: Sequence[T], run: Callable[[T], R], side_by_side: bool) -> list[R]:
+    """``run(item)`` for every item: one after the other (a measurement: nothing else runs
+    meanwhile), or side by side (a smoke run, whose time is mostly waiting: process start-ups,
+    TTLs running out). The results in the items' order; the first exception is raised once every
+    run has ended."""
+    if not side_by_side:
+        return [run(item) for item in items]
+    with ThreadPoolExecutor(max(1, len(items))) as pool:
+        futures = [pool.submit(run, item) for item in items]
+    return [future.result() for future in futures]
+
+
+def run_parts(parts: Sequence[tuple[str, Callable[[], str]]], side_by_side: bool) -> None:
+    """Each part's header, then the text it returns: one part after the other, or all side by
+    side (a smoke run), printed in order once every part has ended."""
+    if not side_by_side:
+        for header, run in parts:
+            print(header, flush=True)
+            print(run(), flush=True)
+        return
+    texts = each([run for _, run in parts], lambda run: run(), side_by_side=True)
+    for (header, _), text in zip(parts, texts, strict=True):
+        print(header)
+        print(text, flush=True)
+
+
+def skip_args(skip: Sequence[str]) -> list[str]:
+    """``--skip`` options again, for the parts of a fan-out."""
+    return [arg for part in skip for arg in ("--skip", part)]
+
+
+def fan_out(script: str | Path, parts: Sequence[Sequence[str]]) -> int:
+    """A smoke run of ``script`` in parts side by side: one subprocess per part (``--smoke``
+    and the part's arguments, e.g. ``--only etcd``), each starting its own servers. Their output
+    in order, each under a header; non-zero if any part failed."""
+
+    def run(part: Sequence[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+        argv = [sys.executable, os.path.abspath(script), "--smoke", *part]
+        start = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return proc, time.monotonic() - start
+
+    began = time.monotonic()
+    ran = each(parts, run, side_by_side=True)
+    done = [proc for proc, _ in ran]
+    for part, (proc, seconds) in zip(parts, ran, strict=True):
+        print(
+            f"\n======== smoke {' '.join(part)}: exit {proc.returncode}, {seconds:.0f} s ========"
+        )
+        print(proc.stdout, end="", flush=True)
+        print(proc.stderr, end="", file=sys.stderr, flush=True)
+    failed = [" ".join(part) for part, proc in zip(parts, done, strict=True) if proc.returncode]
+    print(
+        f"\nsmoke: {'FAILED' if failed else 'ok'}: {len(parts) - len(failed)} of {len(parts)} "
+        f"parts passed in {time.monotonic() - began:.0f} s"
+        + (f" (failed: {'; '.join(failed)})" if failed else "")
+    )
+    return 1 if failed else 0

@@ -4,6 +4,7 @@ or run twice — tenure's ``LeaderScheduler`` beside celery-redbeat, the HA beat
     .venv/bin/python benchmarks/bench_beat_failover.py                 # about 4 minutes
     .venv/bin/python benchmarks/bench_beat_failover.py --kills 3 --ttl 2 --skip redbeat
     .venv/bin/python benchmarks/bench_beat_failover.py --store etcd://127.0.0.1:2379/bench
+    .venv/bin/python benchmarks/bench_beat_failover.py --smoke   # does every row work? (CI)
 
 Each variant: a Redis broker (``redis-server`` on a free loopback port), one worker, three beat
 processes of ``examples/celery/celery_example.py`` with a 1 s ``tick`` entry. After three ticks
@@ -25,6 +26,7 @@ would take up to half an hour. Needs the test extra and ``celery-redbeat`` (the 
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import random
 import signal
@@ -33,10 +35,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import tenure
+from _common import SMOKE_HELP, Smoke, each
 from tenure.stores.redis.server import RedisServer
 from tenure_tools.celery_nodes import CeleryNodes, Tick, fail_over, read_ticks, wait_until
 
@@ -66,7 +70,7 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run_tenure(root: Path, broker: str, store: str, ttl: float, kills: int) -> Outcome:
+def run_tenure(root: Path, broker: str, store: str, ttl: float, kills: int, ticks: int) -> Outcome:
     out = root / "ticks"
     out.touch()
     env = {"CELERY_BROKER_URL": broker, "TENURE_STORE": store, "OUT": str(out)}
@@ -76,7 +80,7 @@ def run_tenure(root: Path, broker: str, store: str, ttl: float, kills: int) -> O
         nodes.worker("worker")
         for i in range(3):
             nodes.beat(f"beat-{i}")
-        wait_until(lambda: len(read_ticks(out)) >= 3, 60.0, "three ticks")
+        wait_until(lambda: len(read_ticks(out)) >= ticks, 60.0, f"{ticks} ticks")
         for k in range(kills):
             time.sleep(random.uniform(0.0, 1.0))  # a death at any moment of a tick period
             done = fail_over(nodes, client, ELECTION, out)
@@ -85,9 +89,9 @@ def run_tenure(root: Path, broker: str, store: str, ttl: float, kills: int) -> O
             nodes.beat(done.killed)  # back, as a follower
 
             def led(term: int = done.term) -> bool:
-                return sum(t.term == term for t in read_ticks(out)) >= 3
+                return sum(t.term == term for t in read_ticks(out)) >= ticks
 
-            wait_until(led, 60.0, "three ticks of the new leader")
+            wait_until(led, 60.0, f"{ticks} ticks of the new leader")
         for i in range(3):
             nodes.nodes[f"beat-{i}"].stop()
         time.sleep(1.0)
@@ -98,7 +102,7 @@ def run_tenure(root: Path, broker: str, store: str, ttl: float, kills: int) -> O
     return Outcome(f"tenure, TTL {ttl:g} s", gaps, span - len(slots), twice, len(ticks))
 
 
-def run_redbeat(root: Path, broker: str, lock_timeout: int, kills: int) -> Outcome:
+def run_redbeat(root: Path, broker: str, lock_timeout: int, kills: int, ticks: int) -> Outcome:
     out = root / "ticks"
     out.touch()
     (root / "redbeat_app.py").write_text(REDBEAT_APP)
@@ -111,7 +115,7 @@ def run_redbeat(root: Path, broker: str, lock_timeout: int, kills: int) -> Outco
         nodes.worker("worker")
         for i in range(3):
             nodes.beat(f"beat-{i}", scheduler="redbeat.RedBeatScheduler")
-        wait_until(lambda: len(read_ticks(out)) >= 3, 60.0, "three ticks")
+        wait_until(lambda: len(read_ticks(out)) >= ticks, 60.0, f"{ticks} ticks")
         for k in range(kills):
             time.sleep(random.uniform(0.0, 1.0))
             leader = redbeat_leader(nodes)
@@ -121,9 +125,9 @@ def run_redbeat(root: Path, broker: str, lock_timeout: int, kills: int) -> Outco
 
             def ticked(at: float = at, after: list[Tick] = after) -> bool:
                 after[:] = [t for t in read_ticks(out) if t.ran > at]
-                return len(after) >= 3
+                return len(after) >= ticks
 
-            wait_until(ticked, 120.0, "three ticks after the kill")
+            wait_until(ticked, 120.0, f"{ticks} ticks after the kill")
             gaps.append(after[0].ran - at)
             progress(f"  redbeat lock {lock_timeout} s: kill {k + 1}: {gaps[-1]:.2f} s")
             (root / f"{leader}.log").rename(root / f"{leader}-{k}.log")
@@ -157,7 +161,7 @@ def redbeat_leader(nodes: CeleryNodes) -> str:
     return found[0]
 
 
-def main() -> None:
+def main() -> int:
     # SIGTERM as Ctrl-C: the with-blocks then stop every process this run started.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -165,24 +169,37 @@ def main() -> None:
     parser.add_argument("--ttl", type=float, nargs="+", default=[2.0, 10.0])
     parser.add_argument("--store", help="a tenure store URL (default: a fresh embedded store)")
     parser.add_argument("--skip", choices=["redbeat"], action="append", default=[])
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + "; variants side by side")
     args = parser.parse_args()
-    outcomes: list[Outcome] = []
-    for ttl in args.ttl:
+    smoke = Smoke() if args.smoke else None
+    # A smoke run: one TTL (each runs the same code), one kill, one tick where three are awaited.
+    ttls, kills, ticks = ([2.0], 1, 1) if smoke else (args.ttl, args.kills, 3)
+
+    def tenure_run(ttl: float) -> Outcome:
         with tempfile.TemporaryDirectory() as tmp, RedisServer() as redis:
             store = args.store or f"sqlite:///{tmp}/store.db"
             broker = f"redis://{redis.endpoint}/0"
-            outcomes.append(run_tenure(Path(tmp), broker, store, ttl, args.kills))
-    if "redbeat" not in args.skip:
+            return run_tenure(Path(tmp), broker, store, ttl, kills, ticks)
+
+    def redbeat_run() -> Outcome:
         with tempfile.TemporaryDirectory() as tmp, RedisServer() as redis:
-            lock = max(2, round(min(args.ttl)))  # above its 1 s loop: the leader renews
-            outcomes.append(run_redbeat(Path(tmp), f"redis://{redis.endpoint}/0", lock, args.kills))
+            lock = max(2, round(min(ttls)))  # above its 1 s loop: the leader renews
+            return run_redbeat(Path(tmp), f"redis://{redis.endpoint}/0", lock, kills, ticks)
+
+    runs: list[Callable[[], Outcome]] = [functools.partial(tenure_run, ttl) for ttl in ttls]
+    if "redbeat" not in args.skip:
+        runs.append(redbeat_run)
+    outcomes = each(runs, lambda run: run(), side_by_side=smoke is not None)
     print(f"{'scheduler':<22} {'kills':>5} {'gap p50':>8} {'gap max':>8} {'lost':>5} {'twice':>6}")
     for o in outcomes:
         print(
             f"{o.name:<22} {len(o.gaps):>5} {statistics.median(o.gaps):>7.2f}s"
             f" {max(o.gaps):>7.2f}s {o.lost:>5} {o.twice:>6}"
         )
+        if smoke is not None:
+            smoke.number(o.name, statistics.median(o.gaps))
+    return 0 if smoke is None else smoke.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

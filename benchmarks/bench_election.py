@@ -1,6 +1,7 @@
 """Leader fail-over: from the leader's end to the new leader's first fenced write.
 
-    .venv/bin/python benchmarks/bench_election.py [--rounds 5] [--ttl 2]
+    .venv/bin/python benchmarks/bench_election.py [--rounds 5] [--ttl 2] [--only etcd]
+    .venv/bin/python benchmarks/bench_election.py --smoke    # does every row work? (CI)
 
 For each store (the embedded SQLite file, a 3-member etcd cluster and a PostgreSQL server,
 started on loopback), a
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
+from _common import SMOKE_HELP, Smoke, fan_out
 from tenure.chaos.runner import endpoints, with_endpoints
 from tenure.fence import SQLFence
 from tenure.stores.etcd.server import EtcdCluster
@@ -177,22 +180,51 @@ def one_round(
             proxy.heal()
 
 
-def main() -> None:
+STORES = ("sqlite", "etcd", "postgres")
+# The old leader's lock-delay: None is the default; 0 only where it matters.
+WAYS: list[tuple[str, float | None]] = [("resign", None), ("kill", None), ("kill", 0.0)]
+WAYS += [("partition", None), ("partition", 0.0)]
+HOWS = ("resign", "kill", "partition", "native")  # native: etcd's own election API
+# A smoke run's parts, side by side, each with its own servers: no two rounds of one part may
+# overlap (a partition blackholes the links every leader of that store uses).
+SMOKE_PARTS = [
+    ["--only", "sqlite"],
+    *(["--only", store, "--how", "resign", "--how", "kill"] for store in ("etcd", "postgres")),
+    *(["--only", store, "--how", "partition"] for store in ("etcd", "postgres")),
+    ["--only", "etcd", "--how", "native"],
+]
+
+
+def shown(times: list[float]) -> str:
+    low, high = min(times) * 1000, max(times) * 1000
+    return f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
+
+
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ttl", type=float, default=2.0)
+    parser.add_argument("--only", choices=STORES, action="append", help="this store (repeatable)")
+    parser.add_argument("--how", choices=HOWS, action="append", help="these rows (repeatable)")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + "; parts side by side")
     args = parser.parse_args()
+    if args.smoke and not args.only:
+        return fan_out(__file__, SMOKE_PARTS)
+    rounds, ttl, hows = 1 if args.smoke else args.rounds, args.ttl, args.how or HOWS
+    smoke = Smoke() if args.smoke else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-election-"))
     resource = str(tmp / "resource.db")
     db = sqlite3.connect(resource)
     db.execute("CREATE TABLE log (term INTEGER)")
     SQLFence().ensure_table(db)
     db.close()
-    default_delay = tenure.Timing(args.ttl).lock_delay
-    print(f"fail-over, TTL {args.ttl:g} s, median (min-max) of {args.rounds} rounds")
+    default_delay = tenure.Timing(ttl).lock_delay
+    print(f"fail-over, TTL {ttl:g} s, median (min-max) of {rounds} rounds")
     head = ("store", "how", "lock-delay", "to first fenced write", "old leader stopped first by")
     print(f"{head[0]:<12}{head[1]:<11}{head[2]:>11}{head[3]:>24}{head[4]:>30}")
-    with PostgresServer() as pg, EtcdCluster(3).start() as etcd, contextlib.ExitStack() as links:
+    wanted = args.only or list(STORES)
+    with contextlib.ExitStack() as links:
+        links.callback(shutil.rmtree, tmp, ignore_errors=True)
 
         def proxied(url: str, endpoints: list[tuple[str, int]]) -> tuple[str, list[Any]]:
             proxies = [
@@ -200,37 +232,43 @@ def main() -> None:
             ]
             return with_endpoints(url, [p.address for p in proxies]), proxies
 
-        etcd_url = "etcd://" + ",".join(etcd.endpoints)
-        stores = [
-            ("sqlite", f"sqlite:///{tmp / 'store.db'}", None, []),
-            ("etcd", etcd_url, *proxied(etcd_url, endpoints(etcd_url))),
-            ("postgres", pg.dsn, *proxied(pg.dsn, endpoints(pg.dsn))),
-        ]
-        # The old leader's lock-delay: None is the default; 0 only where it matters.
-        ways = [("resign", None), ("kill", None), ("kill", 0.0)]
-        ways += [("partition", None), ("partition", 0.0)]
+        stores: list[tuple[str, str, str | None, list[Any]]] = []
+        if "sqlite" in wanted:
+            stores.append(("sqlite", f"sqlite:///{tmp / 'store.db'}", None, []))
+        if "etcd" in wanted:
+            etcd = links.enter_context(EtcdCluster(3).start())
+            etcd_url = "etcd://" + ",".join(etcd.endpoints)
+            stores.append(("etcd", etcd_url, *proxied(etcd_url, endpoints(etcd_url))))
+        if "postgres" in wanted and set(hows) - {"native"}:
+            pg = links.enter_context(PostgresServer())
+            stores.append(("postgres", pg.dsn, *proxied(pg.dsn, endpoints(pg.dsn))))
         for kind, url, leader_url, link in stores:
-            for how, delay in ways:
-                if how == "partition" and not link:
+            for how, delay in WAYS:
+                if how not in hows or (how == "partition" and not link):
                     continue
                 results = [
-                    one_round(url, leader_url or url, how, args.ttl, delay, resource, link)
-                    for _ in range(args.rounds)
+                    one_round(url, leader_url or url, how, ttl, delay, resource, link)
+                    for _ in range(rounds)
                 ]
                 times = [r[0] for r in results]
                 gaps = [r[1] for r in results if r[1] is not None]
-                low, high = min(times) * 1000, max(times) * 1000
-                shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
                 gap = f"{min(gaps) * 1000:.0f} ms (min)" if gaps else "-"
                 held = f"{default_delay if delay is None else delay:g} s"
-                print(f"{kind:<12}{how:<11}{held:>11}{shown:>24}{gap:>30}", flush=True)
-        base = "http://" + etcd.endpoints[0]
-        for how in ("resign", "kill"):
-            times = [native_round(base, how, args.ttl, resource) for _ in range(args.rounds)]
-            low, high = min(times) * 1000, max(times) * 1000
-            shown = f"{statistics.median(times) * 1000:9.1f} ms ({low:.0f}-{high:.0f})"
-            print(f"{'etcd-native':<12}{how:<11}{'-':>11}{shown:>24}{'never told':>30}", flush=True)
+                print(f"{kind:<12}{how:<11}{held:>11}{shown(times):>24}{gap:>30}", flush=True)
+                if smoke is not None:
+                    row = f"{kind} {how} lock-delay {held}"
+                    smoke.number(row, statistics.median(times))
+                    if how == "partition":
+                        smoke.number(f"{row}: the old leader stopped first by", min(gaps or [None]))
+        if "etcd" in wanted and "native" in hows:
+            base = "http://" + etcd.endpoints[0]
+            for how in ("resign", "kill"):
+                times = [native_round(base, how, ttl, resource) for _ in range(rounds)]
+                print(f"{'etcd-native':<12}{how:<11}{'-':>11}{shown(times):>24}{'never told':>30}")
+                if smoke is not None:
+                    smoke.number(f"etcd-native {how}", statistics.median(times))
+    return 0 if smoke is None else smoke.exit_code()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_lose_servers.py --only zookeeper     # on ZooKeeper (~12 min)
     .venv/bin/python benchmarks/bench_lose_servers.py --only sweep         # one part of it
     .venv/bin/python benchmarks/bench_lose_servers.py --mode kill --load 0.5 --seconds 60
+    .venv/bin/python benchmarks/bench_lose_servers.py --smoke    # does it work? (CI), ~20 s
 
 Seven servers on loopback, each one etcd member (or ZooKeeper server) and one partition worker;
 64 partitions; a load generator puts requests into a PostgreSQL queue at a fixed rate; the
@@ -23,19 +24,26 @@ The full set:
 It prints a table, writes every run's JSON to ``--out`` (default ``benchmarks/results/``) and
 draws the timeline of the first ``main`` run (``--picture``; needs matplotlib, from the
 ``bench`` extra).
+
+``--smoke`` runs two tiny drills side by side — 1 of 3 servers killed on etcd, 1 of 3 cut off on
+ZooKeeper (killed instead, said in one line, where cutting needs what is missing: root, nft) — for
+4.5 s each, writes their JSON to a temporary directory, reads it back and draws the picture.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from tenure_tools.drill import Drill, DrillConfig, DrillResult, EventResult
-from tenure_tools.drill_cluster import STORES
+from _common import SMOKE_HELP, Smoke, fan_out, skip_line
+from tenure_tools import fabric
+from tenure_tools.drill import Drill, DrillConfig, DrillResult, EventResult, Mode
+from tenure_tools.drill_cluster import STORES, Store
 
 HERE = Path(__file__).parent
 
@@ -131,6 +139,24 @@ def load(path: Path) -> DrillResult:
     return DrillResult(config=config, events=events, **data)
 
 
+def smoke_parts() -> list[list[str]]:
+    """The smoke run's two drills: each mode once, each store once."""
+    cut = "cut"
+    why = fabric.unavailable()
+    if why is not None:
+        print(skip_line("the cut drill", f"{why}: ZooKeeper's drill kills instead"), flush=True)
+        cut = "kill"
+    return [["--mode", "kill", "--store", "etcd"], ["--mode", cut, "--store", "zookeeper"]]
+
+
+def smoke_drill(mode: Mode, store: Store) -> DrillConfig:
+    """One tiny drill: 1 of 3 servers fails for 1.5 s of 4.5, 6 partitions, TTL 1.5 s, deadline
+    1 s."""
+    return DrillConfig(
+        servers=3, lose=1, mode=mode, store=store, seconds=4.5, partitions=6, ttl=1.5, deadline=1.0
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=sorted({**PLANS, **ON_REQUEST}), action="append")
@@ -145,13 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--picture", type=Path, default=None)
     parser.add_argument("--skip", type=int, default=0, help="start at the plan's n+1-th run")
     parser.add_argument("--draw", type=Path, help="only draw --picture from a run's JSON")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP + "; two tiny drills")
     args = parser.parse_args(argv)
+    if args.smoke and not args.mode:  # a process each: a fabric's table is named by its pid
+        return fan_out(__file__, smoke_parts())
     if not 0 < args.load <= 1 or not 0 < args.lose < args.servers or args.seconds <= 0:
         parser.error("need 0 < --load <= 1, 0 < --lose < --servers and --seconds > 0")
     if args.draw:
         picture(load(args.draw), args.picture or args.draw.with_suffix(".svg"))
         return 0
-    if args.mode:
+    if args.smoke:
+        plan = [smoke_drill(args.mode, args.store)]
+        args.out = Path(tempfile.mkdtemp(prefix="tenure-drill-smoke-"))
+    elif args.mode:
         plan = [
             DrillConfig(
                 servers=args.servers, lose=args.lose, mode=args.mode, load=args.load,
@@ -162,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         plans = {**PLANS, **ON_REQUEST}
         plan = [c for name in args.only or list(PLANS) for c in plans[name]]
     args.out.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, saved = [], []
     for n, config in enumerate(plan):
         if n < args.skip:
             continue
@@ -173,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="tenure-drill-") as root:
             result = Drill(replace(config), Path(root)).run()
         results.append(result)
-        (args.out / f"{name.replace('%', 'pct')}.json").write_text(result.to_json())
+        saved.append(args.out / f"{name.replace('%', 'pct')}.json")
+        saved[-1].write_text(result.to_json())
         print(table([result]).splitlines()[-1], file=sys.stderr, flush=True)
         if args.picture is not None and config.seconds >= 300 and n == 0:
             picture(result, args.picture)
@@ -181,7 +214,23 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         for finding in r.findings:
             print(f"FINDING ({r.config.mode}, {r.config.load:.0%}): {finding}")
-    return 1 if any(r.owned_twice or r.stale_accepted for r in results) else 0
+    unsafe = any(r.owned_twice or r.stale_accepted for r in results)
+    if args.smoke:
+        return smoke_verdict(results, saved, args.out) or int(unsafe)
+    return 1 if unsafe else 0
+
+
+def smoke_verdict(results: list[DrillResult], saved: list[Path], out: Path) -> int:
+    """Each run's error rate is a number, and its JSON reads back into a picture."""
+    smoke = Smoke()
+    for r, path in zip(results, saved, strict=True):
+        c = r.config
+        smoke.number(f"{c.store} {c.mode} {c.lose} of {c.servers}", r.error_rate)
+        drawn = path.with_suffix(".svg")
+        picture(load(path), drawn)
+        smoke.number(f"{c.store} {c.mode} picture, bytes", drawn.stat().st_size)
+    shutil.rmtree(out, ignore_errors=True)
+    return smoke.exit_code()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ Run from the repository root (needs what ``bench_stores.py`` needs for these sto
 ``bench`` extra):
 
     .venv/bin/python benchmarks/bench_semaphore.py               # all four stores, ~5 minutes
-    .venv/bin/python benchmarks/bench_semaphore.py --quick       # smoke run, ~1 minute
+    .venv/bin/python benchmarks/bench_semaphore.py --quick       # short run, ~1 minute
+    .venv/bin/python benchmarks/bench_semaphore.py --smoke       # does every row work? (CI)
     .venv/bin/python benchmarks/bench_semaphore.py --only zookeeper --json out.json
 
 Per store (the embedded SQLite file, a 3-member etcd cluster, one PostgreSQL server, a 3-server
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -52,20 +54,29 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from _common import (
+    SMOKE_SETTLE_S,
+    SMOKE_STORES_HELP,
     BenchError,
     Child,
+    Smoke,
+    acquired_per_s,
     children,
     cycle_loop,
     cycle_loop_async,
     die_with_parent,
+    each,
     emit,
     f,
     failover_trial,
+    fan_out,
+    first_trial,
     jain,
     median_round,
     progress,
     read_command,
     report_failover,
+    run_parts,
+    skip_args,
     summary,
     table,
     verdict,
@@ -361,6 +372,7 @@ class Settings:
     warm_up_s: float
     quick: bool
     root: Path
+    smoke: bool = False  # variants side by side, waiters settle for SMOKE_SETTLE_S
 
 
 class SqliteStore:
@@ -370,12 +382,11 @@ class SqliteStore:
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._made = 0
+        self._made = itertools.count(1)  # next() is atomic: variants may run side by side
         self.describe = f"embedded SQLite files in {root}"
 
     def config(self, variant: str, **extra: Any) -> dict[str, Any]:
-        self._made += 1
-        workdir = self._root / f"sqlite-{self._made:03d}-{variant}"
+        workdir = self._root / f"sqlite-{next(self._made):03d}-{variant}"
         workdir.mkdir()
         url = f"sqlite:///{workdir / 'tenure.db'}"
         return {"variant": variant, "store": "sqlite", "dir": str(workdir), "url": url, **extra}
@@ -403,13 +414,22 @@ class Bench:
         self.s = settings
         self.server = server
         self.store: str = server.store
-        self._logs = 0
+        self._logs = itertools.count(1)
 
     def log(self, label: str) -> Path:
-        self._logs += 1
-        path = self.s.root / f"{self.store}-{self._logs:03d}-{label}"
+        path = self.s.root / f"{self.store}-{next(self._logs):03d}-{label}"
         path.mkdir()
         return path
+
+    def clean(self) -> None:
+        """The server's ``clean`` between two variants; none while variants run side by side (a
+        smoke run: it would revoke the others' etcd leases), which clean once at the end."""
+        if not self.s.smoke:
+            self.server.clean()
+
+    def each(self, variants: Sequence[str], run: Callable[[str], Any]) -> list[Any]:
+        """``run`` for every variant: one after the other, side by side in a smoke run."""
+        return each(variants, run, self.s.smoke)
 
     def warm_up(self) -> None:
         """ZooKeeper's JVMs run slowly until the JIT has compiled the hot paths: unrecorded
@@ -433,7 +453,8 @@ class Bench:
         rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for r in range(self.s.rounds):
             shift = r % len(variants)
-            for variant in variants[shift:] + variants[:shift]:  # rotated: no fixed first/last
+
+            def one(variant: str, r: int = r) -> None:
                 config = self.server.config(
                     variant,
                     ttl=CYCLE_TTL,
@@ -446,12 +467,14 @@ class Bench:
                     kids.append(child("cycle", config, self.log(f"cycle-{variant}") / "w.log"))
                     result = kids[0].result(timeout=self.s.cycle_seconds + 90)
                 result["round"] = r
-                self.server.clean()
+                self.clean()
                 rounds[variant].append(result)
                 progress(
                     f"{self.store} round {r + 1}/{self.s.rounds} {variant}: "
                     f"{result['cycles_per_s']:.0f}/s"
                 )
+
+            self.each(variants[shift:] + variants[:shift], one)  # rotated: no fixed first/last
         return rounds
 
     # part 2 ------------------------------------------------------------------------------------
@@ -475,7 +498,7 @@ class Bench:
         out["hold_s"] = hold_s
         out["server_cpu"] = (cpu1 - cpu0) / (t1 - start)
         out["server_cpu_s_per_acquisition"] = (cpu1 - cpu0) / max(1, out["acquisitions"])
-        self.server.clean()
+        self.clean()
         return out
 
     # part 3 ------------------------------------------------------------------------------------
@@ -500,8 +523,9 @@ class Bench:
                 for kid in kids:
                     if not kid.expect(timeout=90).startswith("held "):
                         raise BenchError(f"keeper {kid.pid} did not get a permit")
-                trials.append(failover_trial(__file__, config, workdir))
-            self.server.clean()
+                settle = SMOKE_SETTLE_S if self.s.smoke else 1.0
+                trials.append(failover_trial(__file__, config, workdir, settle=settle))
+            self.clean()
         return {"variant": variant, "ttl_s": ttl, "trials": trials, **extra}
 
 
@@ -714,7 +738,8 @@ def source_state() -> str:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smoke run, about 1 minute")
+    p.add_argument("--quick", action="store_true", help="short run, about 1 minute")
+    p.add_argument("--smoke", action="store_true", help=SMOKE_STORES_HELP)
     p.add_argument("--only", action="append", choices=STORES, help="this store (repeatable)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also save raw numbers as JSON")
     p.add_argument("--permits", type=int, default=3, help="permits of the semaphore (N)")
@@ -737,64 +762,92 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def bench_store(store: str, s: Settings, skip: list[str]) -> dict[str, Any]:
+def bench_store(
+    store: str, s: Settings, skip: list[str], smoke: Smoke | None = None
+) -> dict[str, Any]:
     server = start_store(store, s.root)
     out: dict[str, Any] = {"describe": server.describe, "loadavg_at_start": os.getloadavg()}
     try:
         print(f"\n######## {store}: {server.describe} (load {os.getloadavg()[0]:.2f})")
         bench = Bench(s, server)
         bench.warm_up()
-        if "cycles" not in skip:
-            print(
-                f"\n== {store} 1. uncontended acquire+release of one permit (N={s.permits}), one "
-                f"process ({s.rounds} round{'s' * (s.rounds > 1)} x {s.cycle_seconds:g} s per "
-                "variant, order rotated per round; median round shown) =="
-            )
+
+        def cycles() -> str:
             rounds = bench.cycles()
             text, ratios = report_cycles(store, rounds)
-            print(text)
             out["cycles"] = {"rounds": rounds, "ratios": ratios}
-        parts = [
-            ("contend", "2a", s.hold_s, s.contend_seconds, "short holds"),
-            ("permit-bound", "2b", s.handoff_hold_s, s.handoff_seconds, "permit-bound"),
-        ]
-        for key, label, hold, seconds, what in parts:
-            if key in skip:
-                continue
-            print(
-                f"\n== {store} {label}. {what}: {s.procs} processes contending for N={s.permits} "
-                f"permits, {seconds:g} s each, holding {hold * 1e3:g} ms (sleep) per acquisition =="
-            )
-            contended = []
-            for variant in CONTEND_VARIANTS[store]:
-                contended.append(bench.contend(variant, hold, seconds))
-                r = contended[-1]
+            for variant in CYCLE_VARIANTS[store] if smoke is not None else []:
+                found = rounds.get(variant)
+                value = median_round(found)["cycles_per_s"] if found else None
+                smoke.number(f"{store} cycles {variant}", value)
+            return text
+
+        def contention(key: str, label: str, hold: float, seconds: float) -> str:
+            def contend(variant: str) -> Any:
+                r = bench.contend(variant, hold, seconds)
                 progress(
                     f"{store} {label} {variant}: {r['per_s']:.0f} acq/s, {r['over_n']} over N, "
                     f"at most {r['most_held']} held"
                 )
-            print(report_contention(contended, s, store))
+                return r
+
+            contended = bench.each(CONTEND_VARIANTS[store], contend)
             out[key] = contended
-        trials = s.failover_trials if store == "zookeeper" else 0 if s.quick else 1
+            for variant, r in zip(CONTEND_VARIANTS[store], contended, strict=True):
+                if smoke is not None:
+                    smoke.number(f"{store} {label} {variant}", acquired_per_s(r))
+            return report_contention(contended, s, store)
+
+        trials = s.failover_trials if store == "zookeeper" or s.smoke else 0 if s.quick else 1
+        # --quick: the bare expiry only (the lock-delay adds its 2 s)
+        variants = [v for v in FAILOVER_VARIANTS[store] if not (s.quick and v == "tenure-sync")]
+
+        def failovers() -> str:
+            def failover(variant: str) -> dict[str, Any]:
+                result = bench.failover(variant, trials)
+                progress(f"{store} fail-over {variant} done")
+                return result
+
+            overs = bench.each(variants, failover)
+            out["failover"] = overs
+            for variant, r in zip(variants, overs, strict=True):
+                if smoke is not None:
+                    smoke.number(f"{store} fail-over {variant}", first_trial(r))
+            return report_failover(overs) + (
+                "\n  tenure-sync: tenure.connect(url), the default lock-delay (one TTL); "
+                "tenure-sync-nodelay: tenure.connect(url, lock_delay=0); kazoo-semaphore: "
+                f"KazooClient(timeout={s.failover_ttl:g}), the session timeout"
+            )
+
+        parts: list[tuple[str, Callable[[], str]]] = []
+        if "cycles" not in skip:
+            header = (
+                f"\n== {store} 1. uncontended acquire+release of one permit (N={s.permits}), one "
+                f"process ({s.rounds} round{'s' * (s.rounds > 1)} x {s.cycle_seconds:g} s per "
+                "variant, order rotated per round; median round shown) =="
+            )
+            parts.append((header, cycles))
+        for key, label, hold, seconds, what in [
+            ("contend", "2a", s.hold_s, s.contend_seconds, "short holds"),
+            ("permit-bound", "2b", s.handoff_hold_s, s.handoff_seconds, "permit-bound"),
+        ]:
+            if key not in skip:
+                header = (
+                    f"\n== {store} {label}. {what}: {s.procs} processes contending for "
+                    f"N={s.permits} permits, {seconds:g} s each, holding {hold * 1e3:g} ms (sleep) "
+                    "per acquisition =="
+                )
+                parts.append((header, functools.partial(contention, key, label, hold, seconds)))
         if "failover" not in skip and trials:
-            print(
+            header = (
                 f"\n== {store} 3. fail-over: N={s.permits} permits held by {s.permits} processes, "
                 f"a waiter queued, one holder SIGKILLed; TTL {s.failover_ttl:g} s (kazoo: session "
                 "timeout), time from the kill to the waiter's grant =="
             )
-            overs = []
-            for variant in FAILOVER_VARIANTS[store]:
-                if s.quick and variant == "tenure-sync":
-                    continue  # a smoke run: the bare expiry only (the lock-delay adds its 2 s)
-                overs.append(bench.failover(variant, trials))
-                progress(f"{store} fail-over {variant} done")
-            print(report_failover(overs))
-            print(
-                "  tenure-sync: tenure.connect(url), the default lock-delay (one TTL); "
-                "tenure-sync-nodelay: tenure.connect(url, lock_delay=0); kazoo-semaphore: "
-                f"KazooClient(timeout={s.failover_ttl:g}), the session timeout"
-            )
-            out["failover"] = overs
+            parts.append((header, failovers))
+        run_parts(parts, s.smoke)
+        if s.smoke:
+            server.clean()  # once: parts and variants ran side by side
     finally:
         server.close()
     return out
@@ -804,25 +857,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.worker:
         return run_worker(*args.worker)
-    quick = args.quick
+    quick, smoke = args.quick, args.smoke
+    if smoke and not args.only:  # one store per process, each with its own server
+        return fan_out(__file__, [["--only", store, *skip_args(args.skip)] for store in STORES])
     root = Path(tempfile.mkdtemp(prefix="tenure-bench-semaphore-"))
     settings = Settings(
-        rounds=args.rounds or (1 if quick else 3),
-        cycle_seconds=args.cycle_seconds or (0.3 if quick else 1.0),
-        max_cycles=200_000,
-        warmup=10 if quick else 30,
-        permits=args.permits,
-        procs=args.procs,
+        rounds=args.rounds or (1 if quick or smoke else 3),
+        cycle_seconds=args.cycle_seconds or (0.05 if smoke else 0.3 if quick else 1.0),
+        max_cycles=20 if smoke else 200_000,
+        warmup=2 if smoke else 10 if quick else 30,
+        permits=2 if smoke else args.permits,
+        procs=3 if smoke else args.procs,  # one more than the permits: somebody waits
         hold_s=args.hold_ms / 1e3,
-        contend_seconds=args.contend_seconds or (1.5 if quick else 6.0),
-        handoff_hold_s=args.handoff_hold_ms / 1e3,
-        handoff_seconds=args.handoff_seconds or (2.0 if quick else 6.0),
-        failover_trials=args.failover_trials or (1 if quick else 3),
+        contend_seconds=args.contend_seconds or (0.5 if smoke else 1.5 if quick else 6.0),
+        handoff_hold_s=0.05 if smoke else args.handoff_hold_ms / 1e3,
+        handoff_seconds=args.handoff_seconds or (0.5 if smoke else 2.0 if quick else 6.0),
+        failover_trials=args.failover_trials or (1 if quick or smoke else 3),
         failover_ttl=args.failover_ttl,
-        warm_up_s=2.0 if quick else 5.0,
+        warm_up_s=SMOKE_SETTLE_S if smoke else 2.0 if quick else 5.0,
         quick=quick,
         root=root,
+        smoke=smoke,
     )
+    checks = Smoke() if smoke else None
     began = time.monotonic()
     stores = args.only or list(STORES)
     versions: dict[str, str] = {}
@@ -850,7 +907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         for store in stores:
-            out[store] = bench_store(store, settings, args.skip)
+            out[store] = bench_store(store, settings, args.skip, checks)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["elapsed_s"] = time.monotonic() - began
@@ -859,7 +916,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"raw numbers saved to {args.json}")
-    return 0
+    return 0 if checks is None else checks.exit_code()
 
 
 if __name__ == "__main__":

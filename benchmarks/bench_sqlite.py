@@ -4,7 +4,8 @@
 Run from the repository root:
 
     .venv/bin/python benchmarks/bench_sqlite.py            # full run, ~2 minutes
-    .venv/bin/python benchmarks/bench_sqlite.py --quick    # smoke run, ~30 s
+    .venv/bin/python benchmarks/bench_sqlite.py --quick    # short run, ~30 s
+    .venv/bin/python benchmarks/bench_sqlite.py --smoke    # does every row work? (CI), ~10 s
     .venv/bin/python benchmarks/bench_sqlite.py --json out.json
 
 Four parts, each variant side by side (see benchmarks/README.md for what every row means):
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import platform
@@ -40,22 +42,29 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from _common import (
+    SMOKE_HELP,
+    SMOKE_SETTLE_S,
     BenchError,
     Child,
+    Smoke,
+    acquired_per_s,
     analyse_contention,
     children,
     contend_loop,
     cycle_loop,
     cycle_loop_async,
     die_with_parent,
+    each,
     emit,
     f,
     failover_trial,
+    first_trial,
     median_round,
     proc_usage,
     progress,
     read_command,
     report_failover,
+    run_parts,
     table,
     verdict,
 )
@@ -364,16 +373,20 @@ class Settings:
     contend_seconds: float
     idle_hold_s: float
     root: Path
+    smoke: bool = False  # variants side by side, waiters settle for SMOKE_SETTLE_S
+
+    @property
+    def settle_s(self) -> float:
+        return SMOKE_SETTLE_S if self.smoke else 0.5
 
 
 class Bench:
     def __init__(self, settings: Settings) -> None:
         self.s = settings
-        self._dirs = 0
+        self._dirs = itertools.count(1)  # next() is atomic: variants may run side by side
 
     def fresh_dir(self, label: str) -> Path:
-        self._dirs += 1
-        path = self.s.root / f"{self._dirs:03d}-{label}"
+        path = self.s.root / f"{next(self._dirs):03d}-{label}"
         path.mkdir()
         return path
 
@@ -384,7 +397,8 @@ class Bench:
         for r in range(self.s.rounds):
             shift = r % len(CYCLE_VARIANTS)
             order = CYCLE_VARIANTS[shift:] + CYCLE_VARIANTS[:shift]  # rotate: no fixed first/last
-            for variant in order:
+
+            def one(variant: str, r: int = r) -> None:
                 workdir = self.fresh_dir(f"cycle-{variant}")
                 config = {
                     "variant": variant,
@@ -399,6 +413,8 @@ class Bench:
                 result["round"] = r
                 rounds[variant].append(result)
                 progress(f"round {r + 1}/{self.s.rounds} {variant}: {result['cycles_per_s']:.0f}/s")
+
+            each(order, one, self.s.smoke)
         return rounds
 
     # part 2 ------------------------------------------------------------------------------------
@@ -441,7 +457,7 @@ class Bench:
             for waiter in waiters:
                 if waiter.expect(timeout=60) != "asking":
                     raise BenchError("waiter did not start")
-            time.sleep(0.5)  # let every waiter make its first attempt and settle into waiting
+            time.sleep(self.s.settle_s)  # every waiter makes its first attempt, then waits
             t0 = time.monotonic()
             before = [proc_usage(w.pid) for w in waiters]
             time.sleep(self.s.idle_hold_s)
@@ -476,7 +492,8 @@ class Bench:
         for _ in range(trials):
             workdir = self.fresh_dir(f"failover-{variant}")
             config = {"variant": variant, "dir": str(workdir), "lock_delay": asked}
-            times.append(failover_trial(__file__, config, workdir))
+            settle = SMOKE_SETTLE_S if self.s.smoke else 1.0
+            times.append(failover_trial(__file__, config, workdir, settle=settle))
         return {"variant": variant, "ttl_s": FAILOVER_TTL, "lock_delay_s": delay, "trials": times}
 
 
@@ -628,7 +645,8 @@ def fs_type(path: Path) -> str:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="smoke run, about 30 s")
+    p.add_argument("--quick", action="store_true", help="short run, about 30 s")
+    p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     p.add_argument("--json", type=Path, metavar="PATH", help="also save raw numbers as JSON")
     p.add_argument("--dir", type=Path, help="where to make temp dirs (default: system temp)")
     p.add_argument("--rounds", type=int, help="rounds of part 1 (default 3, quick 1)")
@@ -649,18 +667,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.worker:
         return run_worker(*args.worker)
-    quick = args.quick
+    quick, smoke = args.quick, args.smoke
     root = Path(tempfile.mkdtemp(prefix="tenure-bench-", dir=args.dir))
     settings = Settings(
-        rounds=args.rounds or (1 if quick else 3),
-        cycle_seconds=args.cycle_seconds or (0.5 if quick else 2.0),
-        max_cycles=200_000,
-        warmup=20 if quick else 100,
-        procs=args.procs,
+        rounds=args.rounds or (1 if quick or smoke else 3),
+        cycle_seconds=args.cycle_seconds or (0.05 if smoke else 0.5 if quick else 2.0),
+        max_cycles=20 if smoke else 200_000,
+        warmup=2 if smoke else 20 if quick else 100,
+        procs=2 if smoke else args.procs,
         hold_s=args.hold_ms / 1e3,
-        contend_seconds=args.contend_seconds or (3.0 if quick else 10.0),
-        idle_hold_s=args.idle_seconds or (2.0 if quick else 5.0),
+        contend_seconds=args.contend_seconds or (0.5 if smoke else 3.0 if quick else 10.0),
+        idle_hold_s=args.idle_seconds or (0.3 if smoke else 2.0 if quick else 5.0),
         root=root,
+        smoke=smoke,
     )
     began = time.monotonic()
     env = {
@@ -678,56 +697,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{env['cpus']} CPUs, load {env['loadavg_at_start'][0]:.2f}\n"
         f"temp dirs in {root} — {env['filesystem']} (fsync cost decides the floor)"
     )
+    bench = Bench(settings)
+
+    def cycles() -> str:
+        cycle_rounds = bench.cycles()
+        text, ratios = report_cycles(cycle_rounds)
+        out["cycles"] = {"rounds": cycle_rounds, "ratio_to_floor": ratios}
+        return text
+
+    def contend(variant: str) -> dict[str, Any]:
+        result = bench.contend(variant)
+        progress(f"contention {variant}: {result['per_s']:.0f} acq/s")
+        return result
+
+    def contention() -> str:
+        out["contention"] = each(CONTEND_VARIANTS, contend, smoke)
+        return report_contention(out["contention"], settings)
+
+    def idle(variant: str) -> dict[str, Any]:
+        result = bench.idle(variant)
+        progress(f"idle {variant} done")
+        return result
+
+    def idles() -> str:
+        out["idle"] = each(CONTEND_VARIANTS, idle, smoke)
+        return report_idle(out["idle"]) + (
+            "\n  %core from /proc/PID/task/*/schedstat; (stat) = utime+stime ticks, 10 ms grain;"
+            " portalocker waiters use timeout = window + 60 s, default check_interval"
+        )
+
+    def failovers() -> str:
+        trials = args.failover_trials or (1 if quick or smoke else 3)
+        out["failover"] = each(list(FAILOVER_DELAYS), lambda v: bench.failover(v, trials), smoke)
+        return report_failover(out["failover"])
+
+    s, rounds = settings, settings.rounds
+    parts = {
+        "cycles": (
+            f"\n== 1. uncontended acquire+release cycle, one process, one name "
+            f"({rounds} round{'s' * (rounds > 1)} x {s.cycle_seconds:g} s per variant, "
+            f"order rotated per round; median round shown) ==",
+            cycles,
+        ),
+        "contend": (
+            f"\n== 2. {s.procs} processes contending for one lock, {s.contend_seconds:g} s each, "
+            f"holding {s.hold_s * 1e3:g} ms (sleep) per acquisition ==",
+            contention,
+        ),
+        "idle": (
+            f"\n== 3. idle waiters: {s.procs} processes blocked behind one holder, CPU over a "
+            f"{s.idle_hold_s:g} s window (target < {TARGET_IDLE_CPU * 100:g}% of a core per "
+            "waiter) ==",
+            idles,
+        ),
+        "failover": (
+            f"\n== 4. fail-over: SIGKILL the holder (TTL {FAILOVER_TTL:g} s), time to the "
+            "waiter's grant; tenure-sync: the default lock-delay, -nodelay: lock_delay=0 ==",
+            failovers,
+        ),
+    }
     try:
-        if "cycles" not in args.skip:
-            rounds = settings.rounds
-            print(
-                f"\n== 1. uncontended acquire+release cycle, one process, one name "
-                f"({rounds} round{'s' * (rounds > 1)} x {settings.cycle_seconds:g} s per variant, "
-                f"order rotated per round; median round shown) =="
-            )
-            cycle_rounds = Bench(settings).cycles()
-            text, ratios = report_cycles(cycle_rounds)
-            print(text)
-            out["cycles"] = {"rounds": cycle_rounds, "ratio_to_floor": ratios}
-        bench = Bench(settings)
-        if "contend" not in args.skip:
-            print(
-                f"\n== 2. {settings.procs} processes contending for one lock, "
-                f"{settings.contend_seconds:g} s each, holding {settings.hold_s * 1e3:g} ms "
-                f"(sleep) per acquisition =="
-            )
-            contended = []
-            for variant in CONTEND_VARIANTS:
-                contended.append(bench.contend(variant))
-                progress(f"contention {variant}: {contended[-1]['per_s']:.0f} acq/s")
-            print(report_contention(contended, settings))
-            out["contention"] = contended
-        if "idle" not in args.skip:
-            print(
-                f"\n== 3. idle waiters: {settings.procs} processes blocked behind one holder, "
-                f"CPU over a {settings.idle_hold_s:g} s window (target < "
-                f"{TARGET_IDLE_CPU * 100:g}% of a core per waiter) =="
-            )
-            idle = []
-            for variant in CONTEND_VARIANTS:
-                idle.append(bench.idle(variant))
-                progress(f"idle {variant} done")
-            print(report_idle(idle))
-            print(
-                "  %core from /proc/PID/task/*/schedstat; (stat) = utime+stime ticks, 10 ms grain;"
-                " portalocker waiters use timeout = window + 60 s, default check_interval"
-            )
-            out["idle"] = idle
-        if "failover" not in args.skip:
-            print(
-                f"\n== 4. fail-over: SIGKILL the holder (TTL {FAILOVER_TTL:g} s), time to the "
-                "waiter's grant; tenure-sync: the default lock-delay, -nodelay: lock_delay=0 =="
-            )
-            trials = args.failover_trials or (1 if quick else 3)
-            overs = [bench.failover(variant, trials) for variant in FAILOVER_DELAYS]
-            print(report_failover(overs))
-            out["failover"] = overs
+        run_parts([part for key, part in parts.items() if key not in args.skip], smoke)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["elapsed_s"] = time.monotonic() - began
@@ -735,7 +765,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
         print(f"raw numbers saved to {args.json}")
-    return 0
+    return smoke_verdict(out, args.skip) if smoke else 0
+
+
+def smoke_verdict(out: dict[str, Any], skip: list[str]) -> int:
+    """Every row of every part that ran produced a number (its figures are not judged)."""
+    smoke = Smoke()
+    if "cycles" not in skip:
+        for variant in CYCLE_VARIANTS:
+            rounds = out["cycles"]["rounds"].get(variant)
+            smoke.number(f"cycles {variant}", rounds and median_round(rounds)["cycles_per_s"])
+    if "contend" not in skip:
+        found = {r["variant"]: r for r in out["contention"]}
+        for variant in CONTEND_VARIANTS:
+            smoke.number(f"contention {variant}", acquired_per_s(found.get(variant)))
+    if "idle" not in skip:
+        found = {r["variant"]: r for r in out["idle"]}
+        for variant in CONTEND_VARIANTS:
+            smoke.number(f"idle {variant}", found.get(variant, {}).get("drain_s"))
+    if "failover" not in skip:
+        found = {r["variant"]: r for r in out["failover"]}
+        for variant in FAILOVER_DELAYS:
+            smoke.number(f"fail-over {variant}", first_trial(found.get(variant)))
+    return smoke.exit_code()
 
 
 if __name__ == "__main__":
