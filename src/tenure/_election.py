@@ -25,7 +25,7 @@ from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import SAFETY_NAP, acquire
 from ._modes import current_caller, io, io_iter
 from ._names import check_plain
-from ._state import DEFAULT_TTL
+from ._state import DEFAULT_TTL, Loss
 from ._values import Holder, LockInfo
 from .stores._spi import Store, elections_of
 
@@ -85,7 +85,7 @@ class LeadershipBase(LeaseBase):
         value = check_value(value)
         self.check()
         if not await self._set_value(value):
-            self._mark_lost("the store says this term is over")
+            self._mark_lost("the store says this term is over", Loss.GONE)
             self.check()
         self.value = value
 
