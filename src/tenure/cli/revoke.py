@@ -11,6 +11,7 @@ import click
 
 from tenure import describe
 from tenure.checks import Grade, check_name
+from tenure.stores import revocations_of
 
 from . import EXIT_NOT_HELD, EXIT_OK, one_line, open_client, require_option, store_option
 from .ls import holder as holder_text
@@ -64,6 +65,7 @@ def revoke(
     if not reason.isprintable():
         reason = one_line(reason)
     with open_client(store, label, require, quiet) as client:
+        revocations_of(client.store)  # one line, exit 2, before anything is read
         held = client.locks(name)
         if token is None and held:
             token = held[0].token  # revoke the grant shown, not one granted since
