@@ -172,7 +172,8 @@ class LeaseBase:
         lost = self._lost_reason is not None  # marked lost: nothing left to delete
         self._callbacks.clear()
         self._at_risk_callbacks.clear()
-        await self._keeper.release(self, *self._held, lost)
+        revoked = self._loss is Loss.REVOKED
+        await self._keeper.release(self, *self._held, lost, revoked)
 
     release = io(_release)
 

@@ -194,10 +194,14 @@ class SessionKeeper:
         self._lose_leases()
         return False
 
-    async def release(self, holder: object, name: str, token: int, lost: bool) -> None:
-        """Forget ``holder``; unless its grant is ``lost``, delete the lock in the store."""
+    async def release(
+        self, holder: object, name: str, token: int, lost: bool, revoked: bool = False
+    ) -> None:
+        """Forget ``holder``; unless its grant is ``lost``, delete the lock in the store. A
+        ``revoked`` grant is released too, for the store to forget what it kept of it for this
+        session (the store took the lock itself: the release deletes nothing)."""
         self._listeners.pop(holder, None)
-        if lost:
+        if lost and not revoked:
             return
         try:
             with anyio.CancelScope(shield=True):
@@ -205,6 +209,9 @@ class SessionKeeper:
         except StoreUnavailable as exc:
             if _observe.listeners:
                 _observe.store_error(self.store, "release", "unavailable")
+            if revoked:  # nothing of ours is held: the session and its other locks go on
+                log.info("tenure: release of revoked %r failed (%s)", name, exc)
+                return
             # The lock cannot be deleted now; stop renewing the session so it expires within ttl.
             self.lose(f"release of {name!r} failed ({exc}); session abandoned")
 
