@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from .._kit import parse_owner
-from .._spi import Holder, LockInfo, Revocation
+from .._kit import parse_owner, parse_revocation, revocation_json
+from .._spi import LockInfo, Revocation
 from .gateway import JSON
 
 
@@ -154,7 +154,7 @@ def hold_op(
     if token:
         fields["token"] = token
     if revoked is not None:
-        fields["revoked"] = json.loads(revocation_json(revoked))
+        fields["revoked"] = revocation_json(revoked)
     return {"request_put": {"key": b64(key), "value": b64(json.dumps(fields)), "lease": str(lease)}}
 
 
@@ -176,33 +176,6 @@ def lock_info(name: str, holder: JSON, count: int, expires_in: float) -> LockInf
     value = fields.get("value")
     value = value if isinstance(value, str) else None
     return LockInfo(name, created(holder), who, expires_in, max(0, count - 1), value)
-
-
-def revocation_json(revoked: Revocation) -> str:
-    """A revocation as the JSON its keys hold."""
-    by = revoked.by
-    return json.dumps(
-        {
-            "name": revoked.name, "token": revoked.token, "host": by.host, "pid": by.pid,
-            "label": by.label, "user": revoked.user, "at": revoked.at, "reason": revoked.reason,
-            "now": revoked.now, "free_in": revoked.free_in,
-        }
-    )  # fmt: skip
-
-
-def parse_revocation(fields: object) -> Revocation | None:
-    """The revocation in a key's JSON (`revocation_json`); None if there is none."""
-    if not isinstance(fields, dict):
-        return None
-    try:
-        by = Holder(str(fields["host"]), int(fields["pid"]), str(fields["label"]))
-        return Revocation(
-            str(fields["name"]), int(fields["token"]), by, str(fields["user"]),
-            float(fields["at"]), str(fields["reason"]), bool(fields["now"]),
-            float(fields["free_in"]),
-        )  # fmt: skip
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def held_revocation(held: JSON) -> Revocation | None:

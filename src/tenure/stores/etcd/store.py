@@ -20,7 +20,7 @@ import anyio
 from ..._errors import LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
 from .._connect import NO_OPTIONS, TLS_OPTIONS, ConnectOptions
-from .._kit import owner_json, parse_url
+from .._kit import owner_json, parse_revocation, parse_url, revocation_json
 from .._spi import (
     Busy,
     Capabilities,
@@ -56,12 +56,10 @@ from .keys import (
     leased_to,
     lock_info,
     modded_at,
-    parse_revocation,
     prefix_end,
     put_op,
     range_op,
     ranges,
-    revocation_json,
     unb64,
 )
 from .records import RecordKeys
@@ -517,7 +515,7 @@ class EtcdStore(Store, Elections, Records, Revocations):
         )
         success = [
             delete_op(key),
-            put_op(self._keys.revoked(lease, name), revocation_json(revoked), lease),
+            put_op(self._keys.revoked(lease, name), json.dumps(revocation_json(revoked)), lease),
         ]
         if hold:
             success.append(hold_op(held_key, hold, delay, granted, revoked))
