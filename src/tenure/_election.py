@@ -103,8 +103,8 @@ class LeadershipBase(LeaseBase):
             if _observe.listeners:
                 _observe.leading(self._keeper.store, self.name, None)
 
-    def _mark_lost(self, reason: str) -> None:
-        super()._mark_lost(reason)
+    def _mark_lost(self, reason: str, loss: Loss) -> None:
+        super()._mark_lost(reason, loss)
         self._end_term()
 
     def _mark_closed(self) -> None:
