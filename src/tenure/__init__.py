@@ -34,7 +34,7 @@ from ._rwlock import AsyncRWLease, AsyncRWLock, AsyncRWSide, RWLease, RWLock, RW
 from ._semaphore import AsyncPermit, AsyncSemaphore, Permit, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Loss, Timing
 from ._sync import Client, connect
-from ._values import Capabilities, Holder, LockDelay, LockInfo
+from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
 
 __all__ = [
     "DEFAULT_DRIFT",
@@ -80,6 +80,7 @@ __all__ = [
     "RWLease",
     "RWLock",
     "RWSide",
+    "Revocation",
     "Semaphore",
     "Skipped",
     "SlotRecord",

@@ -8,8 +8,10 @@ line: ``client.lock(...)`` is the handle class of the client's kind, given the c
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -30,8 +32,8 @@ from ._pool import SessionPool
 from ._rwlock import AsyncRWLock, RWLock
 from ._semaphore import AsyncSemaphore, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
-from ._values import Capabilities, Holder, LockDelay, LockInfo
-from .stores._spi import Store
+from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
+from .stores._spi import Store, revocations_of
 
 
 class ClientBase:
@@ -110,6 +112,26 @@ class ClientBase:
 
     lock_delays = io(_lock_delays)
 
+    async def _revoke(
+        self, name: str, *, reason: str = "", now: bool = False, token: int | None = None
+    ) -> Revocation | None:
+        """End the current grant of lock ``name`` (only if its token is ``token``, if given)
+        for an operator, safely (docs/revoke.md): its holder loses the lease at its next
+        renewal, and nobody is granted the name until the old lease could no longer be
+        acting — its TTL from its last renewal, plus its lock-delay; the next token is higher.
+        ``now=True`` frees the name at once: only when the old holder is known to be dead.
+        Returns the `Revocation` as the store recorded it, or None if the name is not held.
+        ``InvalidArgument`` if the store cannot revoke (``capabilities.revoke``)."""
+        check_name(name)
+        if not isinstance(reason, str) or not reason.isprintable():
+            raise InvalidArgument(f"reason must be printable text, got {reason!r}")
+        if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
+            raise InvalidArgument(f"token must be an integer, got {token!r}")
+        record = Revocation(name, 0, self.holder, _user(), time.time(), reason, bool(now))
+        return await revocations_of(self.store).revoke(name, token, record)
+
+    revoke = io(_revoke)
+
     async def _history(self, job: str | None = None) -> list[SlotRecord]:
         """Every recorded slot of ``job``, in slot-key order; with no job, every job's slots
         (ordered by job, then slot: what ``tenure serve`` shows)."""
@@ -122,6 +144,14 @@ class ClientBase:
         return await jobs(self.store)
 
     jobs = io(_jobs)
+
+
+def _user() -> str:
+    """The name of the user this process runs as (recorded with a revocation)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
 
 
 class AsyncClient(ClientBase, Async):

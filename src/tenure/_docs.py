@@ -1,5 +1,5 @@
 """The docs' store table, made from the stores' capabilities (never typed by hand): what each
-declares, and what is derived from the calls it implements (elections, records); semaphores
+declares, and what is derived from the calls it implements (elections, records, revoke); semaphores
 and read-write locks are recipes over locks, so every store has them, with its waiters' order.
 
 python -m tenure._docs      # prints the table that README.md must contain
@@ -23,6 +23,7 @@ COLUMNS = (
     "woken by the store",
     "elections",
     "records",
+    "revoke",
     "semaphores",
     "read-write locks",
 )
@@ -47,6 +48,7 @@ def store_table() -> str:
             _yes(caps.native_wait),
             _yes(caps.elections),
             _yes(caps.records),
+            _yes(caps.revoke),
             # A recipe over locks: every store; in arrival order where its waiters are.
             "yes" if caps.fair else "yes, not in arrival order",
             "yes" if caps.fair else "yes, a writer can wait behind later readers",

@@ -25,7 +25,7 @@ from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import SAFETY_NAP, acquire
 from ._modes import current_caller, io, io_iter
 from ._names import check_plain
-from ._state import DEFAULT_TTL
+from ._state import DEFAULT_TTL, Loss
 from ._values import Holder, LockInfo
 from .stores._spi import Store, elections_of
 
@@ -85,7 +85,7 @@ class LeadershipBase(LeaseBase):
         value = check_value(value)
         self.check()
         if not await self._set_value(value):
-            self._mark_lost("the store says this term is over")
+            self._mark_lost("the store says this term is over", Loss.GONE)
             self.check()
         self.value = value
 
@@ -103,8 +103,8 @@ class LeadershipBase(LeaseBase):
             if _observe.listeners:
                 _observe.leading(self._keeper.store, self.name, None)
 
-    def _mark_lost(self, reason: str) -> None:
-        super()._mark_lost(reason)
+    def _mark_lost(self, reason: str, loss: Loss) -> None:
+        super()._mark_lost(reason, loss)
         self._end_term()
 
     def _mark_closed(self) -> None:

@@ -46,10 +46,13 @@ class LeaseBase:
         """Who took the grant (a thread or task; see ``tenure._modes.current_caller``)."""
         self.released = False
         self._lost_reason: str | None = None
+        self._loss: Loss | None = None
         self._callbacks: list[LostCallback] = []
         self._at_risk_callbacks: list[LostCallback] = []
         self._scopes: list[anyio.CancelScope] = []
-        keeper.attach(self, Listener(self._mark_lost, self._mark_at_risk, self._mark_closed))
+        keeper.attach(
+            self, Listener(self._mark_lost, self._mark_at_risk, self._mark_closed, self._held)
+        )
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
@@ -88,7 +91,7 @@ class LeaseBase:
         """Why the lease was lost (None while held, or once released)."""
         if not self.lost:
             return None
-        return self._keeper.state.loss or Loss.ERROR
+        return self._loss or self._keeper.state.loss or Loss.ERROR
 
     @property
     def lost(self) -> bool:
@@ -148,10 +151,10 @@ class LeaseBase:
         for callback in list(self._at_risk_callbacks):
             callback(self)
 
-    def _mark_lost(self, reason: str) -> None:
+    def _mark_lost(self, reason: str, loss: Loss) -> None:
         if self._lost_reason is not None or self.released:
             return
-        self._lost_reason = reason
+        self._lost_reason, self._loss = reason, loss
         for scope in self._scopes:
             scope.cancel()
         callbacks, self._callbacks = self._callbacks, []
@@ -169,7 +172,8 @@ class LeaseBase:
         lost = self._lost_reason is not None  # marked lost: nothing left to delete
         self._callbacks.clear()
         self._at_risk_callbacks.clear()
-        await self._keeper.release(self, *self._held, lost)
+        revoked = self._loss is Loss.REVOKED
+        await self._keeper.release(self, *self._held, lost, revoked)
 
     release = io(_release)
 

@@ -34,7 +34,7 @@ from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._lock import acquire
 from ._names import MAX_NAME_BYTES, check_name, reserve
-from ._state import DEFAULT_TTL
+from ._state import DEFAULT_TTL, Loss
 
 if TYPE_CHECKING:
     from ._pool import SessionPool
@@ -117,7 +117,7 @@ async def acquire_permit(
     )
     try:
         if not await permit._set_value(str(permits)):
-            permit._mark_lost("the store says the permit's slot is no longer held")
+            permit._mark_lost("the store says the permit's slot is no longer held", Loss.GONE)
     except BaseException:
         await give_back([permit])
         raise

@@ -20,8 +20,8 @@ from . import _observe
 from ._clock import Clock
 from ._errors import StoreUnavailable
 from ._state import LeaseState, Loss, Timing
-from ._values import Holder
-from .stores._spi import Session, Store
+from ._values import Holder, Revocation
+from .stores._spi import Session, Store, revocations_of
 
 if TYPE_CHECKING:
     from ._loop_thread import LoopThread
@@ -33,12 +33,14 @@ log = logging.getLogger("tenure")
 class Listener:
     """What one holder of the session (a lease) is told, each at most once per event."""
 
-    lost: Callable[[str], None]
-    """The session is lost, with the reason."""
+    lost: Callable[[str, Loss], None]
+    """The lease is lost (its session, or its grant alone if revoked), with the reason."""
     at_risk: Callable[[], None]
     """Renewals are overdue: the leases are at risk."""
     closed: Callable[[], None]
     """The session was closed by its client: the lease is released."""
+    held: tuple[str, int] = ("", 0)
+    """The lock the store holds for this holder (name, token): what a revocation names."""
 
 
 class SessionKeeper:
@@ -84,12 +86,29 @@ class SessionKeeper:
 
     def _lose_leases(self) -> None:
         reason = self.state.lost_reason or "lost"
+        loss = self.state.loss or Loss.ERROR
         if _observe.listeners and not self._stopped.is_set():  # the first time only
-            loss = (self.state.loss or Loss.ERROR).name.lower()
-            _observe.lost(self.store, loss, len(self._listeners))
+            _observe.lost(self.store, loss.name.lower(), len(self._listeners))
         for listener in list(self._listeners.values()):
-            listener.lost(reason)
+            listener.lost(reason, loss)
         self._stopped.set()
+
+    def _lose_revoked(self, revoked: list[Revocation]) -> None:
+        """Lose the leases whose grants were revoked; the session and its other leases live
+        on. Done before the renewal that told us is confirmed, so a revoked lease's deadline
+        never moves past the one it had when it was revoked."""
+        ended = {(each.name, each.token): each for each in revoked}
+        for listener in list(self._listeners.values()):
+            if (revocation := ended.get(listener.held)) is not None:
+                log.warning("tenure: lease on %r %s", revocation.name, revocation.describe())
+                listener.lost(revocation.describe(), Loss.REVOKED)
+
+    async def _keep_alive(self) -> bool:
+        """One renewal: is the session alive, and which of its grants were revoked?"""
+        alive = await self.store.keep_alive(self.handle)
+        if alive and self._listeners and self.store.capabilities.revoke:
+            self._lose_revoked(await revocations_of(self.store).revoked(self.handle))
+        return alive
 
     async def run(self) -> None:
         """Keep the session alive until it is lost or closed."""
@@ -129,7 +148,7 @@ class SessionKeeper:
             try:
                 # Never wait for an answer past the deadline: by then the lease is lost anyway.
                 with anyio.fail_after(max(0.0, self.state.deadline - t_sent)):
-                    alive = await self.store.keep_alive(self.handle)
+                    alive = await self._keep_alive()
             except TimeoutError:
                 if _observe.listeners:
                     self._tell_renewal("timeout", "timeout", t_sent)
@@ -175,10 +194,14 @@ class SessionKeeper:
         self._lose_leases()
         return False
 
-    async def release(self, holder: object, name: str, token: int, lost: bool) -> None:
-        """Forget ``holder``; unless its grant is ``lost``, delete the lock in the store."""
+    async def release(
+        self, holder: object, name: str, token: int, lost: bool, revoked: bool = False
+    ) -> None:
+        """Forget ``holder``; unless its grant is ``lost``, delete the lock in the store. A
+        ``revoked`` grant is released too, for the store to forget what it kept of it for this
+        session (the store took the lock itself: the release deletes nothing)."""
         self._listeners.pop(holder, None)
-        if lost:
+        if lost and not revoked:
             return
         try:
             with anyio.CancelScope(shield=True):
@@ -186,6 +209,9 @@ class SessionKeeper:
         except StoreUnavailable as exc:
             if _observe.listeners:
                 _observe.store_error(self.store, "release", "unavailable")
+            if revoked:  # nothing of ours is held: the session and its other locks go on
+                log.info("tenure: release of revoked %r failed (%s)", name, exc)
+                return
             # The lock cannot be deleted now; stop renewing the session so it expires within ttl.
             self.lose(f"release of {name!r} failed ({exc}); session abandoned")
 

@@ -32,6 +32,9 @@ class Loss(Enum):
     ERROR = "renewal failed unexpectedly"
     """A store bug or an abandoned session: treated like failed renewals."""
     CLOSED = "session closed"
+    REVOKED = "revoked"
+    """An operator revoked the grant (``tenure revoke``); the name stays held back until the
+    old lease could no longer be acting, unless revoked with ``now``."""
 
 
 DEFAULT_TTL = 30.0

@@ -3,6 +3,7 @@ now. Plain frozen data, imported by the errors, the store contract and the clien
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -31,8 +32,11 @@ class Capabilities:
     """Leader election: the store implements ``Elections`` (proclaim, watch)."""
     records: bool = False
     """Conditional records (``tenure once``, ``cron``): the store implements ``Records``."""
+    revoke: bool = False
+    """An operator can end a grant safely (``tenure revoke``): the store implements
+    ``Revocations``."""
 
-    OFFERS: ClassVar[tuple[str, ...]] = ("elections", "records")
+    OFFERS: ClassVar[tuple[str, ...]] = ("elections", "records", "revoke")
     """The derived capabilities, by name (what ``require=`` may ask for besides a grade)."""
 
 
@@ -60,6 +64,35 @@ class LockInfo:
 
 
 @dataclass(frozen=True)
+class Revocation:
+    """An operator's end of one grant (``client.revoke``, ``tenure revoke``): which, by whom,
+    when and why, and until when the store keeps the name from everyone (docs/revoke.md)."""
+
+    name: str
+    token: int
+    """The token of the grant that was revoked."""
+    by: Holder
+    """Who revoked it: the revoking client's host, pid and label."""
+    user: str
+    """The revoking process's user name."""
+    at: float
+    """When, by the revoker's wall clock (seconds since the epoch)."""
+    reason: str
+    now: bool
+    """True: the name was freed at once (``--now``), without waiting out the old lease."""
+    free_in: float = 0.0
+    """Seconds after the revocation until the store grants the name again, by its clock: the
+    old lease's time left plus its lock-delay (0 with ``now``)."""
+
+    def describe(self) -> str:
+        """One line: who revoked the grant, from where, when and why."""
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.at))
+        label = f" ({self.by.label})" if self.by.label else ""
+        why = f": {self.reason}" if self.reason else ""
+        return f"revoked by {self.user}@{self.by.host} pid {self.by.pid}{label} at {when}{why}"
+
+
+@dataclass(frozen=True)
 class LockDelay:
     """A name that is free but kept from everyone by lock-delay: its last lease ended without a
     release and its lock-delay has not passed (docs/design.md rule 8)."""
@@ -69,6 +102,8 @@ class LockDelay:
     """The token of the lease that ended (0 if the store no longer knows it)."""
     free_in: float
     """Seconds until the store grants the name again, by the store's clock."""
+    revoked: Revocation | None = None
+    """The revocation that ended the lease, if an operator revoked it (else None)."""
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,15 @@ def test_what_a_store_offers_is_derived_from_what_it_implements(tmp_path: Path) 
     from tenure.stores._spi import Records, offers
     from tenure.stores.redis import RedlockStore
 
-    assert offers(RedlockStore) == {"elections": True, "records": False}
+    assert offers(RedlockStore) == {"elections": True, "records": False, "revoke": False}
     assert not issubclass(RedlockStore, Records)
     with tenure.connect(f"sqlite:///{tmp_path}/s.db", require=["records", "elections"]) as c:
         assert c.capabilities.records and c.capabilities.elections
+    with tenure.connect(f"sqlite:///{tmp_path}/s.db", require="revoke") as c:
+        assert c.capabilities.revoke
+
+
+def test_a_store_that_cannot_revoke_is_refused_in_one_line() -> None:
+    with pytest.raises(tenure.InvalidArgument, match="does not offer revoke") as caught:
+        tenure.connect("redlock://127.0.0.1:1,127.0.0.1:2", require="revoke")
+    assert "\n" not in str(caught.value)

@@ -74,6 +74,12 @@ def test_the_store_saying_gone_kills_at_once() -> None:
     assert plan.cause is Cause.GONE and not plan.terminated
 
 
+def test_a_revoked_grant_kills_at_once() -> None:
+    plan = StopBy(grace=1.0, now=0.0)
+    assert run(plan, [(1.0, 5.0, Loss.REVOKED)]) == [signal.SIGKILL]
+    assert plan.cause is Cause.REVOKED and not plan.terminated
+
+
 def test_waking_late_past_the_deadline_is_a_pause_and_kills_at_once() -> None:
     plan = StopBy(grace=1.0, now=0.0)
     assert plan.step(0.0, 5.0, None) is None  # next planned at 4.0

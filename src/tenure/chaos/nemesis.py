@@ -32,6 +32,10 @@ failover        Redis: replication to the replica is cut (its link blackholed) f
                 while grants go on, the primary is SIGKILLed, the replica is promoted and the
                 clients' address moved to it; the old primary comes back as the new replica.
 clock-jump      Redis: the primary's wall clock jumps 2–3 × TTL forward (clockshift.c, preloaded).
+revoke          an operator revokes the holder's grant (``client.revoke``): it learns at its next
+                renewal, and nobody is granted the name until its lease could no longer act.
+revoke-now      the same with ``now=True``, freeing the name at once while the holder is alive
+                (the positive control: its work overlaps the next holder's; only fencing helps).
 ==============  ===============================================================================
 """
 
@@ -72,6 +76,7 @@ class Stage(Protocol):
 
 
 PROCESS_FAULTS = ("pause", "group-pause", "long-group-pause", "kill", "kill-any", "stall")
+OPERATOR_FAULTS = ("revoke", "revoke-now")
 LINK_FAULTS = ("partition", "short-partition", "lost-reply")
 STORE_FAULTS = (
     "member-kill",
@@ -81,7 +86,7 @@ STORE_FAULTS = (
     "failover",
     "clock-jump",
 )
-FAULTS = PROCESS_FAULTS + LINK_FAULTS + STORE_FAULTS
+FAULTS = PROCESS_FAULTS + OPERATOR_FAULTS + LINK_FAULTS + STORE_FAULTS
 
 
 class Nemesis:
@@ -98,12 +103,20 @@ class Nemesis:
         """The worker holding the lock now, per the store; a random live worker if none."""
         return self.holding() or self.rng.choice(self.run.workers)
 
+    def observer(self) -> tenure.Client:
+        """The nemesis's own client of the store (direct, unproxied)."""
+        if self._observer is None:
+            self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
+        return self._observer
+
+    def held(self) -> list[tenure.LockInfo]:
+        """The store's locks that make a worker the holder now (the workload says which)."""
+        return workloads.get(self.run.workload).holders(self.observer(), self.run.lock)
+
     def holding(self) -> WorkerProcess | None:
         """The worker holding the lock now, per the store (None: none, or no answer)."""
         with contextlib.suppress(tenure.TenureError):
-            if self._observer is None:
-                self._observer = tenure.connect(self.run.store_url, label="chaos nemesis")
-            infos = workloads.get(self.run.workload).holders(self._observer, self.run.lock)
+            infos = self.held()
             labels = {info.holder.label for info in infos}
             holders = [w for w in self.run.workers if f"chaos {w.name}" in labels]
             if len(holders) > 1:
@@ -219,6 +232,30 @@ class Nemesis:
             lambda: worker.set_links("lose_responses"),
             lambda: worker.set_links("pass"),
         )
+
+    def fault_revoke(self) -> None:
+        self._revoke("revoke", now=False)
+
+    def fault_revoke_now(self) -> None:
+        self._revoke("revoke-now", now=True)
+
+    def _revoke(self, kind: str, now: bool) -> None:
+        """Revoke one grant held now, as an operator would (``tenure revoke``): a holder that
+        is working, mid-burst. Nothing held (or the store out of reach): nothing revoked."""
+        with contextlib.suppress(tenure.TenureError):
+            infos = self.held()
+            if not infos:
+                return
+            info = self.rng.choice(infos)
+            target = next(
+                (w.name for w in self.run.workers if f"chaos {w.name}" == info.holder.label), "-"
+            )
+            revoked = self.observer().revoke(
+                info.name, reason=f"chaos {kind}", now=now, token=info.token
+            )
+            if revoked is not None:
+                value = {"target": target, "lock": info.name, "token": revoked.token}
+                self.rec.record(kind, "info", value=value)
 
     def fault_member_kill(self) -> None:
         server = self.run.server()

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import InvalidArgument
 from .._state import default_lock_delay
+from .._url import store_class
 from ..stores._connect import redact
 from ..stores._registry import DEFAULT_PORTS
 from ..testing.proxy import ChaosProxy
@@ -295,6 +296,8 @@ def check_applicable(scenario: Scenario, scheme: str, controlled: bool) -> None:
         raise InvalidArgument(
             f"scenario {name!r} needs a Redis primary and replica (--cluster redis)"
         )
+    if needs == "revoke" and not store_class(f"{scheme}://").capabilities.revoke:
+        raise InvalidArgument(f"scenario {name!r} needs a store that can revoke a grant")
 
 
 def endpoints(url: str) -> list[tuple[str, int]]:

@@ -15,7 +15,8 @@ class Scenario:
     needs: str = "any"
     """``any`` store; ``network`` (a TCP store: its links are proxied); ``server`` (a store
     server the harness controls: ``--cluster``); ``etcd`` (an etcd cluster it controls);
-    ``redis`` (a Redis primary and replica it controls: ``--cluster redis``)."""
+    ``redis`` (a Redis primary and replica it controls: ``--cluster redis``); ``revoke`` (a
+    store that offers revoke: ``capabilities.revoke``)."""
     clock_rate: float = 1.0
     """The workers' lease clock rate (1 = true time; 0.5 = half as fast)."""
     think: float = 1.0
@@ -116,6 +117,23 @@ SCENARIOS = {
             ("clock-jump",),
             every=(1.0, 2.0),
             needs="redis",
+        ),
+        Scenario(
+            "revoke",
+            "an operator revokes the current holder again and again during its write burst: it "
+            "stops at its next renewal, and nobody is granted the lock until its lease could "
+            "no longer act (TTL + lock-delay)",
+            ("revoke",),
+            every=(0.3, 0.8),
+            needs="revoke",
+        ),
+        Scenario(
+            "revoke-now",
+            "the same revocations with --now, freeing the lock at once while the holder still "
+            "works (the positive control: only fencing refuses its writes)",
+            ("revoke-now",),
+            every=(0.3, 0.8),
+            needs="revoke",
         ),
         Scenario(
             "clock-drift",

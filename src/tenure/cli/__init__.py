@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 # -- exit codes (the one place they are defined; docs/cli.md and --help list the same) ----------
 EXIT_OK = 0
 EXIT_NOT_HELD = 1
-"""``tenure ls NAME``: the lock is not held; ``tenure leader NAME``: nobody leads; ``tenure
-partitions GROUP``: the group has no members."""
+"""``tenure ls NAME`` / ``tenure revoke NAME``: the lock is not held; ``tenure leader NAME``:
+nobody leads; ``tenure partitions GROUP``: the group has no members."""
 EXIT_VIOLATION = 1
 """``tenure chaos``: the checkers found at least one violation."""
 EXIT_USAGE = 2
@@ -37,7 +37,8 @@ EXIT_LOST = 76
 EXIT_PAUSED = 77
 """tenure found itself past the lease's deadline (it was paused): the command was killed."""
 EXIT_GONE = 78
-"""The store said the session was gone while the command ran: the command was killed."""
+"""The store said the session was gone (or the grant revoked: ``tenure revoke``) while the
+command ran: the command was killed."""
 EXIT_NOT_EXECUTABLE = 126
 """The command exists but cannot be executed (as a shell)."""
 EXIT_NOT_FOUND = 127
@@ -49,15 +50,16 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0-125    tenure run/once/cron: the command's own exit code (tenure once: 0 also
            when the slot was already over)
-  1        tenure ls NAME: not held; tenure leader NAME: nobody leads; tenure
-           partitions GROUP: no members; tenure chaos: a violation was found
+  1        tenure ls/revoke NAME: not held; tenure leader NAME: nobody leads;
+           tenure partitions GROUP: no members; tenure chaos: a violation was found
   2        bad input (option, TTL, timeout, lock name, store URL)
   69       the store is unavailable (cannot be opened, read or written)
   75       busy: not acquired (--no-wait, or --timeout passed); tenure once: the slot
            is running elsewhere
   76       renewals failed while the command ran: it was stopped by the deadline
   77       tenure was paused past the lease's deadline: the command was killed
-  78       the store said the session was gone: the command was killed
+  78       the store said the session was gone (or the grant revoked): the command
+           was killed
   126/127  the command cannot be executed / was not found
   128+N    the command was killed by signal N
   129/130/143  SIGHUP/SIGINT/SIGTERM while waiting for the lock (nothing held)
@@ -168,6 +170,7 @@ class _Commands(click.Group):
         "history": "history",
         "partitions": "partitions",
         "serve": "serve",
+        "revoke": "revoke",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -43,9 +43,7 @@ def table(infos: list[LockInfo], held: Sequence[LockDelay] = ()) -> str:
         )
         for info in infos
     ]
-    rows += [
-        (shown(h.name), str(h.token or "-"), "held back (lock-delay)", free(h), "-") for h in held
-    ]
+    rows += [(shown(h.name), str(h.token or "-"), held_back_why(h), free(h), "-") for h in held]
     return columns(rows)
 
 
@@ -119,8 +117,18 @@ def free(held: LockDelay) -> str:
     return f"free in {max(0.0, held.free_in):.1f}s"
 
 
+def held_back_why(held: LockDelay) -> str:
+    return "held back (revoked)" if held.revoked else "held back (lock-delay)"
+
+
 def held_back_line(held: LockDelay) -> str:
     token = f" with token {held.token}" if held.token else ""
+    if held.revoked is not None:
+        return (
+            f"lock {shown(held.name)!r} is not held: held back: {shown(held.revoked.describe())},"
+            f" until the old lease could no longer be acting (its TTL and lock-delay);"
+            f" {free(held)}"
+        )
     return (
         f"lock {shown(held.name)!r} is not held: its lease{token} ended without a release, so "
         f"lock-delay holds it back; {free(held)}"
@@ -149,7 +157,10 @@ def _as_json(info: LockInfo) -> dict[str, object]:
 
 
 def _held_json(held: LockDelay) -> dict[str, object]:
-    return {"name": held.name, "token": held.token, "state": "held-back", "free_in": held.free_in}
+    data = {"name": held.name, "token": held.token, "state": "held-back", "free_in": held.free_in}
+    if held.revoked is not None:
+        data["revoked"] = asdict(held.revoked)
+    return data
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -173,7 +184,8 @@ def ls(name: str | None, store: str | None, as_json: bool, watch: bool) -> int:
     --json prints a list of objects (empty if nothing is held or held back):
       {"name", "token", "state": "held", "holder": {"host", "pid", "label"},
        "expires_in", "waiters"}
-      {"name", "token", "state": "held-back", "free_in"}
+      {"name", "token", "state": "held-back", "free_in"[, "revoked": {"by", "user",
+       "at", "reason", ...}]}
     """
     if name is not None:
         check_name(name)

@@ -325,7 +325,10 @@ def _rw_lease(
     return side.acquire(timeout=timeout)
 
 
-EXIT_FOR = {Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE}
+EXIT_FOR = {
+    Cause.RENEWALS: EXIT_LOST, Cause.PAUSED: EXIT_PAUSED, Cause.GONE: EXIT_GONE,
+    Cause.REVOKED: EXIT_GONE,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

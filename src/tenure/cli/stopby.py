@@ -2,7 +2,8 @@
 
 While renewals are confirmed nothing happens. When they are not, SIGTERM at ``deadline −
 grace`` and SIGKILL at the deadline, which comes before the store could grant the lock to
-anyone else. SIGKILL at once, with no grace, when the store says the session is gone or when
+anyone else. SIGKILL at once, with no grace, when the store says the session is gone (or the
+grant revoked: ``tenure revoke``) or when
 the supervisor finds itself past the deadline after not running for a while (it was paused):
 someone else may already hold the lock. A renewal confirmed after SIGTERM does not un-send it;
 the deadline moves on, and SIGKILL comes only if the new deadline is reached too.
@@ -23,6 +24,7 @@ class Cause(Enum):
     RENEWALS = "renewals failed"
     PAUSED = "paused past the deadline"
     GONE = "the store says the session is gone"
+    REVOKED = "the store says an operator revoked it"
 
 
 PAUSE_GAP = 0.5
@@ -47,6 +49,8 @@ class StopBy:
             return None
         if loss is Loss.GONE:
             return self._kill(Cause.GONE)
+        if loss is Loss.REVOKED:  # held back for it, unless revoked --now: then held already
+            return self._kill(Cause.REVOKED)
         if now >= deadline:
             return self._kill(Cause.PAUSED if late > PAUSE_GAP else self.cause or Cause.RENEWALS)
         if not self.terminated and (loss is not None or now >= deadline - self.grace):

@@ -35,12 +35,15 @@ from ._spi import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
     elections_of,
     offers,
     records_of,
+    revocations_of,
 )
 
 __all__ = [
@@ -63,6 +66,8 @@ __all__ = [
     "LockInfo",
     "Record",
     "Records",
+    "Revocation",
+    "Revocations",
     "Session",
     "Store",
     "StoreEntry",
@@ -81,4 +86,5 @@ __all__ = [
     "patience",
     "records_of",
     "retrying",
+    "revocations_of",
 ]

@@ -21,7 +21,7 @@ from urllib.parse import SplitResult, urlsplit
 import anyio
 
 from .._errors import InvalidArgument, StoreUnavailable
-from .._values import Holder
+from .._values import Holder, Revocation
 from ._connect import (
     TLS_OPTIONS,
     ConnectOptions,
@@ -277,3 +277,28 @@ def parse_url(
     if fragment is not None and checked.parts.fragment:
         raise checked.bad(fragment)
     return checked
+
+
+def revocation_json(revoked: Revocation) -> dict[str, object]:
+    """A revocation as JSON fields, for a store to keep (`parse_revocation` reads them)."""
+    by = revoked.by
+    return {
+        "name": revoked.name, "token": revoked.token, "host": by.host, "pid": by.pid,
+        "label": by.label, "user": revoked.user, "at": revoked.at, "reason": revoked.reason,
+        "now": revoked.now, "free_in": revoked.free_in,
+    }  # fmt: skip
+
+
+def parse_revocation(fields: object) -> Revocation | None:
+    """The revocation in JSON fields (`revocation_json`); None if they are not one."""
+    if not isinstance(fields, dict):
+        return None
+    try:
+        by = Holder(str(fields["host"]), int(fields["pid"]), str(fields["label"]))
+        return Revocation(
+            str(fields["name"]), int(fields["token"]), by, str(fields["user"]),
+            float(fields["at"]), str(fields["reason"]), bool(fields["now"]),
+            float(fields["free_in"]),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        return None

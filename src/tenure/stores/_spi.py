@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from .._errors import InvalidArgument
-from .._values import Capabilities, Change, Holder, LockDelay, LockInfo, Record
+from .._values import Capabilities, Change, Holder, LockDelay, LockInfo, Record, Revocation
 from ._connect import NO_OPTIONS, ConnectOptions
 
 __all__ = [
@@ -33,12 +33,15 @@ __all__ = [
     "LockInfo",
     "Record",
     "Records",
+    "Revocation",
+    "Revocations",
     "Session",
     "Store",
     "Watch",
     "elections_of",
     "offers",
     "records_of",
+    "revocations_of",
 ]  # fmt: skip
 
 
@@ -94,8 +97,8 @@ class Store(ABC):
     by ``tenure._url.open_store``."""
 
     capabilities: ClassVar[Capabilities]
-    """The guarantees the class declares; ``elections`` and ``records`` are set here, from
-    what the class implements (`offers`)."""
+    """The guarantees the class declares; ``elections``, ``records`` and ``revoke`` are set
+    here, from what the class implements (`offers`)."""
     scheme: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -104,7 +107,10 @@ class Store(ABC):
         if isinstance(declared, Capabilities):
             derived = offers(cls)
             cls.capabilities = replace(
-                declared, elections=derived["elections"], records=derived["records"]
+                declared,
+                elections=derived["elections"],
+                records=derived["records"],
+                revoke=derived["revoke"],
             )
 
     @classmethod
@@ -208,9 +214,39 @@ class Records(ABC):
         """Every record whose key starts with ``prefix``, in key order."""
 
 
+class Revocations(ABC):
+    """An operator's safe end of one grant (``tenure revoke``, docs/revoke.md): a store that
+    implements these offers ``revoke``.
+
+    A revocation ends one lock's grant, not its session: the session's other locks are kept,
+    and its later renewals no longer extend the revoked one. Unless ``now``, the name stays
+    granted to nobody until the old lease could no longer be acting, by the store's own state
+    and clock: until the session's expiry as it stands at the revocation, plus the session's
+    lock-delay; ``lock_delays`` lists it meanwhile, with the revocation. The next grant takes
+    the next token, as always."""
+
+    @abstractmethod
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        """Revoke the current grant of ``name`` (only if its token is ``token``, when given),
+        atomically with that check, and keep ``record`` (its ``token`` and ``free_in`` are the
+        store's to fill in) for the holder's session to read with `revoked`. ``record.now``:
+        free the name at once, as a release does. None if the name is not held (or not with
+        ``token``), and then nothing changes."""
+
+    @abstractmethod
+    async def revoked(self, session: Session) -> list[Revocation]:
+        """The grants of ``session`` that were revoked and that it may still believe it holds.
+        The session keeper reads this after every confirmed ``keep_alive`` and before it
+        extends its deadline, so a revoked grant is lost at the next renewal."""
+
+
 def offers(store: type[Store]) -> dict[str, bool]:
     """The capabilities a store class has by what it implements, never by what it says."""
-    return {"elections": issubclass(store, Elections), "records": issubclass(store, Records)}
+    return {
+        "elections": issubclass(store, Elections),
+        "records": issubclass(store, Records),
+        "revoke": issubclass(store, Revocations),
+    }
 
 
 def elections_of(store: Store) -> Elections:
@@ -227,4 +263,14 @@ def records_of(store: Store) -> Records:
     raise InvalidArgument(
         f"the {store.scheme} store keeps no records, which tenure once and cron need: use a"
         " store that offers records (sqlite, postgresql, etcd, zookeeper or redis)"
+    )
+
+
+def revocations_of(store: Store) -> Revocations:
+    """``store`` as `Revocations`; one ``InvalidArgument`` if it cannot revoke a grant."""
+    if isinstance(store, Revocations):
+        return store
+    raise InvalidArgument(
+        f"the {store.scheme} store cannot revoke a grant safely (docs/revoke.md): stop the"
+        " holder's process, or wait out its TTL"
     )

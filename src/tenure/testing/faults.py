@@ -27,15 +27,18 @@ from ..stores._spi import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
     elections_of,
     records_of,
+    revocations_of,
 )
 
 
-class FaultyStore(Store, Elections, Records):
+class FaultyStore(Store, Elections, Records, Revocations):
     """Offers what the wrapped store offers (its capabilities); a call it lacks is refused."""
 
     def __init__(self, inner: Store) -> None:
@@ -120,6 +123,12 @@ class FaultyStore(Store, Elections, Records):
 
     async def list_records(self, prefix: str) -> list[Record]:
         return await records_of(self.inner).list_records(prefix)
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        return await revocations_of(self.inner).revoke(name, token, record)
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        return await revocations_of(self.inner).revoked(session)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from .._kit import parse_owner
-from .._spi import LockInfo
+from .._kit import parse_owner, parse_revocation, revocation_json
+from .._spi import LockInfo, Revocation
 from .gateway import JSON
 
 
@@ -34,6 +34,10 @@ def prefix_end(prefix: bytes) -> bytes:
             return bytes(end)
         end.pop()
     return b"\0"
+
+
+REVOKED = "%revoked"
+"""The first segment under the locks root of the revocation keys: no lock's (see `Keys`)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ class Keys:
     def queued(prefix: bytes, lease: int, slot: int) -> bytes:
         """The key a session (its ``lease``) queues with under ``prefix``, in key ``slot``."""
         return prefix + f"{lease:016x}{f'.{slot}' if slot else ''}".encode()
+
+    def revoked(self, lease: int, name: str = "") -> bytes:
+        """The key telling the session of ``lease`` that its grant of ``name`` was revoked
+        (no ``name``: the prefix of all of them)."""
+        return self.root + f"{REVOKED}/{lease:016x}/".encode() + quote(name, safe="").encode()
 
     def name_of(self, key: bytes) -> str:
         """The lock name of a queue key or hold-back key."""
@@ -136,12 +145,16 @@ def leased_to(key: bytes, lease: int) -> JSON:
     return {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": str(lease)}
 
 
-def hold_op(key: bytes, lease: int, lock_delay: float, token: int) -> JSON:
+def hold_op(
+    key: bytes, lease: int, lock_delay: float, token: int, revoked: Revocation | None = None
+) -> JSON:
     """The put of a hold-back key on a session's hold-back ``lease`` (``token`` 0: the put's
-    own revision, the lock key's in the same txn)."""
+    own revision, the lock key's in the same txn), or on a revocation's (``revoked``)."""
     fields: dict[str, object] = {"lock_delay": lock_delay}
     if token:
         fields["token"] = token
+    if revoked is not None:
+        fields["revoked"] = revocation_json(revoked)
     return {"request_put": {"key": b64(key), "value": b64(json.dumps(fields)), "lease": str(lease)}}
 
 
@@ -163,6 +176,14 @@ def lock_info(name: str, holder: JSON, count: int, expires_in: float) -> LockInf
     value = fields.get("value")
     value = value if isinstance(value, str) else None
     return LockInfo(name, created(holder), who, expires_in, max(0, count - 1), value)
+
+
+def held_revocation(held: JSON) -> Revocation | None:
+    """The revocation a hold-back key stands for (put by ``revoke``), or None."""
+    try:
+        return parse_revocation(json.loads(unb64(held.get("value"))).get("revoked"))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def held_token(held: JSON) -> int:

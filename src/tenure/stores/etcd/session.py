@@ -172,6 +172,18 @@ class Sessions:
 
     # -- leases ----------------------------------------------------------------------------
 
+    async def grant(self, seconds: int) -> int:
+        """A new lease of ``seconds`` (a revocation's hold-back lease)."""
+        return await self._grant(seconds)
+
+    async def renew(self, lease: int) -> bool:
+        """Keep ``lease`` alive once (its TTL counts from now); False if it is gone."""
+        return await self._renew(lease, self._gw.request_timeout)
+
+    async def revoke(self, lease: int) -> bool:
+        """Revoke ``lease``; False if etcd no longer knows it."""
+        return await self._revoke(lease)
+
     async def _grant(self, seconds: int) -> int:
         lease = secrets.randbits(63) or 1
         try:

@@ -6,9 +6,12 @@ created first, the token that key's create revision. How and why: docs/stores/et
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar
 from urllib.parse import unquote, urlencode
 
@@ -17,7 +20,7 @@ import anyio
 from ..._errors import LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
 from .._connect import NO_OPTIONS, TLS_OPTIONS, ConnectOptions
-from .._kit import owner_json, parse_url
+from .._kit import owner_json, parse_revocation, parse_url, revocation_json
 from .._spi import (
     Busy,
     Capabilities,
@@ -28,6 +31,8 @@ from .._spi import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
@@ -35,6 +40,7 @@ from .._spi import (
 from .gateway import JSON, NOT_FOUND, PERMISSION_DENIED, EtcdError, Gateway
 from .guard import GuardedTxn, guarded_txn
 from .keys import (
+    REVOKED,
     Keys,
     absent,
     b64,
@@ -43,6 +49,7 @@ from .keys import (
     delete_op,
     first_op,
     get_op,
+    held_revocation,
     held_token,
     hold_op,
     last_op,
@@ -66,7 +73,7 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
 
 
-class EtcdStore(Store, Elections, Records):
+class EtcdStore(Store, Elections, Records, Revocations):
     """etcd (``etcd://h1:2379,h2:2379/namespace``): correctness-grade, over its JSON
     gateway; tokens are key revisions."""
 
@@ -155,10 +162,12 @@ class EtcdStore(Store, Elections, Records):
     async def _call_range(self, op: JSON) -> JSON:
         return await self._call("kv/range", op["request_range"])
 
-    async def _txn(self, compare: list[JSON], success: list[JSON], failure: list[JSON]) -> JSON:
+    async def _txn(
+        self, compare: list[JSON], success: list[JSON], failure: list[JSON], retry: bool = True
+    ) -> JSON:
         body = {"compare": compare, "success": success, "failure": failure}
         try:
-            return await self._gw.call("kv/txn", body)
+            return await self._gw.call("kv/txn", body, retry=retry)
         except EtcdError as exc:
             if exc.code == NOT_FOUND:  # "requested lease not found": the put's lease is gone
                 raise LeaseLost("the session's etcd lease is gone") from None
@@ -432,6 +441,8 @@ class EtcdStore(Store, Elections, Records):
         for found in ranges(await self._txn([], ops, [])):
             for kv in found.get("kvs", []):
                 rest = unb64(kv["key"])[len(root) :]
+                if rest.startswith(REVOKED.encode() + b"/"):
+                    continue  # a revocation's key, not a lock's
                 lock = self._keys.name_of(unb64(kv["key"]))
                 if b"/" in rest:
                     queues.setdefault(lock, []).append(kv)
@@ -470,8 +481,76 @@ class EtcdStore(Store, Elections, Records):
             kvs = queues.get(lock)
             if kvs and created(min(kvs, key=created)) == token:
                 continue  # its grant still holds
-            found.append(LockDelay(lock, token, await self._free_in(held)))
+            revoked = held_revocation(held)
+            found.append(LockDelay(lock, token, await self._free_in(held), revoked))
         return found
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        queues, helds = await self._read_locks(name)
+        kvs, held = queues.get(name), helds.get(name)
+        if not kvs:
+            return None
+        owner = min(kvs, key=created)
+        granted = created(owner)
+        if (held is not None and held_token(held) != granted) or token not in (None, granted):
+            return None  # held back (the first in line is not granted yet), or not that grant
+        key, lease = unb64(owner["key"]), int(owner.get("lease", 0))
+        held_key = self._keys.held(name)
+        delay = self._lock_delay_of(held)
+        hold, seconds = 0, 0
+        if not record.now:
+            # Its own lease holds the name back: the holder session's whole TTL (more than it
+            # can have left) plus its lock-delay, in whole seconds, and one for the leader's
+            # half-second expiry ticks. Renewed once after the txn below, so that it counts
+            # from after any renewal the holder made before it could read the revocation.
+            left = await self._call("lease/timetolive", {"ID": str(lease)})
+            seconds = math.ceil(float(left.get("grantedTTL", 0)) + delay) + 1
+            hold = await self._sessions.grant(seconds)
+        revoked = replace(record, token=granted, free_in=float(seconds))
+        compare = [created_at(key, granted)]
+        compare.append(
+            modded_at(held_key, held["mod_revision"]) if held else created_at(held_key, 0)
+        )
+        success = [
+            delete_op(key),
+            put_op(self._keys.revoked(lease, name), json.dumps(revocation_json(revoked)), lease),
+        ]
+        if hold:
+            success.append(hold_op(held_key, hold, delay, granted, revoked))
+        elif held is not None:
+            success.append(delete_op(held_key))
+        try:  # sent once: sent again after it applied, its compare would fail
+            answer = await self._txn(compare, success, [], retry=False)
+        except LeaseLost:  # the holder's session lease ended meanwhile: nothing to revoke
+            answer = {}
+        if not answer.get("succeeded"):
+            if hold:
+                await self._sessions.revoke(hold)
+            return None
+        if hold:
+            await self._sessions.renew(hold)
+        return revoked
+
+    @staticmethod
+    def _lock_delay_of(held: JSON | None) -> float:
+        """The holder's lock-delay, as its hold-back key says (none: it has none)."""
+        try:
+            return float(json.loads(unb64(held.get("value"))).get("lock_delay", 0)) if held else 0.0
+        except (ValueError, TypeError, AttributeError):
+            return 0.0
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, EtcdSession)
+        prefix = self._keys.revoked(session.id)
+        found = await self._call(
+            "kv/range", {"key": b64(prefix), "range_end": b64(prefix_end(prefix))}
+        )
+        parsed = [
+            parse_revocation(json.loads(unb64(kv.get("value")))) for kv in found.get("kvs", [])
+        ]
+        return [each for each in parsed if each is not None]
 
     # -- leader election -----------------------------------------------------------------
 

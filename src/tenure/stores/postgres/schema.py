@@ -53,9 +53,12 @@ def _named(text: str) -> dict[str, str]:
 
 
 RECORDS = read_sql("records.sql")
-SETUP = read_sql("tables.sql") + RECORDS + read_sql("functions.sql") + read_sql("version.sql")
+REVOKE = read_sql("revoke.sql")
+SETUP = (
+    read_sql("tables.sql") + RECORDS + read_sql("functions.sql") + REVOKE + read_sql("version.sql")
+)
 """Creates the schema, or upgrades an older one in place (one transaction)."""
-QUERIES = {**_named(read_sql("queries.sql")), "records": RECORDS}
+QUERIES = {**_named(read_sql("queries.sql")), "records": RECORDS, "revoke_setup": REVOKE}
 """The statements of the store's calls, by name."""
 
 
@@ -85,7 +88,10 @@ class Schema:
         Version 3 -> 4 (lock-delay) adds a column with a default, a table and a trigger, and
         replaces function bodies, keeping their signatures: a version-3 client still connected
         keeps working and is held back like any other (the functions and the trigger judge);
-        its own sessions have no lock-delay.
+        its own sessions have no lock-delay. The ``revocations`` table and the ``revoke``
+        function came later within version 4 (nothing older touches them): created here if
+        missing. A client older than them is not told of a revocation of its grant: its lock
+        row is gone (``holds`` refuses its token at once), but it learns only at release.
         """
         try:
             found = await self._version(conn)
@@ -109,6 +115,11 @@ class Schema:
             async with conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
                 await conn.execute(self.q["records"])
+        has_revocations = await one(conn, self.q["has_table"], self._table("revocations"))
+        if not (has_revocations and has_revocations[0]):  # within version 4, as records
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+                await conn.execute(self.q["revoke_setup"])
 
     def _table(self, table: str) -> dict[str, str]:
         return {"schema": self.name, "table": table}

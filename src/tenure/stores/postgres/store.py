@@ -5,15 +5,15 @@ the listening connection (`Listener`)."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
-from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record
+from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record, Revocation
 from .._connect import NO_OPTIONS, ConnectOptions
-from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch
+from .._spi import Busy, Elections, Grant, Records, Revocations, Session, Store, Watch
 from . import guard
 from .connection import (
     CALL_TIMEOUT,
@@ -45,7 +45,14 @@ class PostgresSession(Session):
     ttl: float
 
 
-class PostgresStore(Store, Elections, Records):
+def _revocation(row: Row) -> Revocation:
+    assert row is not None
+    name, token, host, pid, label, user, at, reason, at_once, free_in = row
+    by = Holder(host, pid, label)
+    return Revocation(name, int(token), by, user, at, reason, at_once, free_in)
+
+
+class PostgresStore(Store, Elections, Records, Revocations):
     """PostgreSQL (``postgresql://…?schema=tenure``): correctness-grade; one transaction
     per call, expiry by the server's clock."""
 
@@ -282,7 +289,35 @@ class PostgresStore(Store, Elections, Records):
     async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         async def tx(conn: AsyncConnection[Any]) -> list[LockDelay]:
             cur = await conn.execute(self._q["held_back"], {"name": name})
-            return [LockDelay(row[0], int(row[1]), row[2]) for row in await cur.fetchall()]
+            delays = []
+            for row in await cur.fetchall():
+                why = await conn.execute(self._q["revocation"], {"name": row[0], "token": row[1]})
+                found = await why.fetchone()
+                revoked = None if found is None else _revocation(found)
+                delays.append(LockDelay(row[0], int(row[1]), row[2], revoked))
+            return delays
+
+        return await self.commands.run(tx)
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        by = record.by
+        params = {
+            "name": name, "token": token, "now": record.now, "host": by.host, "pid": by.pid,
+            "label": by.label, "user": record.user, "at": record.at, "reason": record.reason,
+        }  # fmt: skip
+        row = await self._fetch("revoke", params)
+        if row is None or row[0] is None:
+            return None
+        return replace(record, token=int(row[0]), free_in=float(row[1]))
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, PostgresSession)
+
+        async def tx(conn: AsyncConnection[Any]) -> list[Revocation]:
+            cur = await conn.execute(self._q["revoked"], {"id": session.id})
+            return [_revocation(row) for row in await cur.fetchall()]
 
         return await self.commands.run(tx)
 

@@ -5,9 +5,10 @@ into a one-line ``StoreUnavailable``. The keys and the script: docs/stores/redis
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any
 
@@ -24,9 +25,9 @@ except ImportError:  # the 'redis' extra is not installed: check_driver says so
     SSLConnection = object  # type: ignore[assignment,misc]
 
 from ..._errors import InvalidArgument, StoreUnavailable
-from ..._values import LockDelay, LockInfo
+from ..._values import LockDelay, LockInfo, Revocation
 from .._connect import scrub, tls_failure
-from .._kit import Unavailable, parse_owner
+from .._kit import Unavailable, parse_owner, parse_revocation
 from .url import RedisURL
 
 CALL_TIMEOUT = 5.0
@@ -213,7 +214,10 @@ class Instance:
         row = await self.call("held", name)
         if not row:
             return None
-        return LockDelay(name, int(row[0] or 0), int(row[1]) / 1000)
+        token = int(row[0] or 0)
+        kept, _, record = str(row[2] or "").partition(" ")  # a revocation's: "<token> <json>"
+        revoked = revocation_of(record, token) if kept == str(token) else None
+        return LockDelay(name, token, int(row[1]) / 1000, revoked)
 
     async def pop_wake(self, rid: str, timeout: float) -> str | None:
         """The token a hand-over pushed to this waiter, waiting up to ``timeout`` seconds (None:
@@ -256,3 +260,12 @@ class Instance:
         for client in (self.client, self.blocking):
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 await client.aclose()
+
+
+def revocation_of(record: str, token: int) -> Revocation | None:
+    """The revocation kept as JSON by the script's ``revoke``, with the token it ended."""
+    try:
+        revoked = parse_revocation(json.loads(record))
+    except ValueError:
+        return None
+    return None if revoked is None else replace(revoked, token=token)

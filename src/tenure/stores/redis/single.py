@@ -5,13 +5,15 @@ server's clock; how, and what it cannot promise: docs/stores/redis.md."""
 
 from __future__ import annotations
 
+import json
 import secrets
+from dataclasses import replace
 from functools import partial
 from typing import ClassVar
 
 from ..._errors import LeaseLost, StoreUnavailable
 from .._connect import NO_OPTIONS, ConnectOptions
-from .._kit import owner_json, patience
+from .._kit import owner_json, patience, revocation_json
 from .._spi import (
     Busy,
     Capabilities,
@@ -22,11 +24,21 @@ from .._spi import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
 )
-from .instance import Instance, busy_holder, check_driver, delay_ms, held_back_for, ms
+from .instance import (
+    Instance,
+    busy_holder,
+    check_driver,
+    delay_ms,
+    held_back_for,
+    ms,
+    revocation_of,
+)
 from .session import RedisSession, RedisTicket
 from .url import RedisURL, parse_url
 from .watch import RedisWatch
@@ -39,7 +51,7 @@ NOTES = (
 )
 
 
-class RedisStore(Store, Elections, Records):
+class RedisStore(Store, Elections, Records, Revocations):
     """One Redis server (``redis://host:6379/0``): efficiency-grade — a fail-over can lose
     a lock and its counter."""
 
@@ -204,6 +216,28 @@ class RedisStore(Store, Elections, Records):
         return [
             Record(str(flat[i]), str(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         ]
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        kept = json.dumps(revocation_json(record))
+        now = "1" if record.now else "0"
+        row = await self.instance.call(
+            "revoke", name, "" if token is None else str(token), now, kept
+        )
+        if not row:
+            return None
+        return replace(record, token=int(row[0]), free_in=int(row[1]) / 1000)
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, RedisSession)
+        flat = await self.instance.call("revoked", session.id)
+        found = []
+        for field, record in zip(flat[::2], flat[1::2], strict=True):
+            token = str(field).rpartition("/")[2]
+            if token.isdigit() and (revoked := revocation_of(str(record), int(token))):
+                found.append(revoked)
+        return found
 
     async def aclose(self) -> None:
         await self.instance.aclose()

@@ -28,4 +28,10 @@ CREATE TABLE IF NOT EXISTS tenure_records (
     key TEXT PRIMARY KEY, value TEXT NOT NULL, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tenure_held (
     name TEXT PRIMARY KEY, token INTEGER NOT NULL, boot TEXT NOT NULL, until REAL NOT NULL);
+-- The latest revocation of each name (tenure revoke): read by the revoked grant's session at
+-- its next renewal, and shown with the name's lock-delay until ``until``.
+CREATE TABLE IF NOT EXISTS tenure_revocations (
+    name TEXT PRIMARY KEY, token INTEGER NOT NULL, session INTEGER NOT NULL, boot TEXT NOT NULL,
+    until REAL NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, label TEXT NOT NULL,
+    user TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, at_once INTEGER NOT NULL);
 INSERT OR IGNORE INTO tenure_meta (key, value) VALUES ('schema', '3');

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote
 
 from ..._clock import REAL_CLOCK
@@ -25,6 +25,8 @@ from .._spi import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
@@ -50,7 +52,17 @@ class SessionGone(Exception):
     pass
 
 
-class SQLiteStore(Store, Elections, Records):
+REVOCATION = "SELECT name, token, host, pid, label, user, at, reason, at_once, until"
+"""A row of ``tenure_revocations`` as `_revocation` reads it (``FROM …`` follows)."""
+
+
+def _revocation(row: tuple[Any, ...], now: float) -> Revocation:
+    name, token, host, pid, label, user, at, reason, at_once, until = row
+    by = Holder(host, pid, label)
+    return Revocation(name, token, by, user, at, reason, bool(at_once), max(0.0, until - now))
+
+
+class SQLiteStore(Store, Elections, Records, Revocations):
     """The embedded store (``sqlite:///path``): one file shared by the processes of one machine."""
 
     scheme: ClassVar[str] = "sqlite"
@@ -172,6 +184,11 @@ class SQLiteStore(Store, Elections, Records):
         names = [row[0] for row in freed.fetchall()]
         db.execute(f"DELETE FROM tenure_waiters WHERE session IN ({dead})", params)
         db.execute("DELETE FROM tenure_sessions AS s WHERE NOT (" + LIVE + ")", params)
+        db.execute(
+            "DELETE FROM tenure_revocations WHERE session NOT IN (SELECT id FROM tenure_sessions)"
+            " AND NOT (boot = :boot AND until > :now)",
+            params,
+        )
         for name in names:
             self._record(db, name, now)
 
@@ -312,9 +329,14 @@ class SQLiteStore(Store, Elections, Records):
         """The names held back by lock-delay now (only ``name``, if given), by name."""
         query = HELD.format(where="" if name is None else "AND name = :name")
         latest: dict[str, LockDelay] = {}
-        for each, token, until in db.execute(query, self._params(now, name=name)):
+        for each, token, until in db.execute(query, self._params(now, name=name)).fetchall():
             if each not in latest or until - now > latest[each].free_in:
-                latest[each] = LockDelay(each, token, until - now)
+                why = db.execute(
+                    REVOCATION + " FROM tenure_revocations WHERE name = ? AND token = ?",
+                    (each, token),
+                ).fetchone()
+                revoked = None if why is None else _revocation(why, now)
+                latest[each] = LockDelay(each, token, until - now, revoked)
         return sorted(latest.values(), key=lambda held: held.name)
 
     @staticmethod
@@ -484,6 +506,59 @@ class SQLiteStore(Store, Elections, Records):
                 db.execute("DELETE FROM tenure_events WHERE name = ?", (name,))
 
         await self._transaction(tx)
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        def tx(db: sqlite3.Connection, now: float) -> tuple[Revocation | None, list[int]]:
+            self._sweep(db, now)
+            row = db.execute(
+                "SELECT l.token, l.session, s.expires + s.lock_delay"
+                " FROM tenure_locks l JOIN tenure_sessions s ON s.id = l.session"
+                " WHERE l.name = :name AND " + LIVE,
+                self._params(now, name=name),
+            ).fetchone()
+            if row is None or (token is not None and row[0] != token):
+                return None, []
+            held, session, delayed_until = int(row[0]), int(row[1]), float(row[2])
+            # Out of the session: its renewals no longer extend the lock, nor does a release
+            # or close free it. Unless at once, the name is held back as if the session had
+            # ended now without a release: until its expiry as it stands, plus its lock-delay.
+            db.execute("DELETE FROM tenure_locks WHERE name = ?", (name,))
+            until = now if record.now else delayed_until
+            fds: list[int] = []
+            if record.now:
+                db.execute("DELETE FROM tenure_held WHERE name = ?", (name,))
+            else:
+                db.execute(
+                    "INSERT INTO tenure_held (name, token, boot, until) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (name) DO UPDATE SET token = excluded.token,"
+                    " until = excluded.until",
+                    (name, held, self._boot, until),
+                )
+            by = record.by
+            db.execute(
+                "INSERT OR REPLACE INTO tenure_revocations (name, token, session, boot, until,"
+                " host, pid, label, user, at, reason, at_once)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, held, session, self._boot, until, by.host, by.pid, by.label,
+                 record.user, record.at, record.reason, int(record.now)),
+            )  # fmt: skip
+            self._record(db, name, now)
+            if record.now and (fd := self._hand_over(db, name, now)) is not None:
+                fds.append(fd)
+            return replace(record, token=held, free_in=until - now), fds
+
+        revoked, fds = await self._transaction(tx)
+        wake_up(fds)
+        return revoked
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, SQLiteSession)
+        now = REAL_CLOCK.now()
+        with self._errors.on(sqlite3.Error):
+            query = REVOCATION + " FROM tenure_revocations WHERE session = ?"
+            return [_revocation(row, now) for row in self._db.execute(query, (session.id,))]
 
     # -- records ---------------------------------------------------------------------------
 

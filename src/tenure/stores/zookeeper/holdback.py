@@ -126,7 +126,8 @@ async def release_marked(
         data, stat = await conn.settled(session, lambda: client.get_async(marker))
     except k.exceptions.NoNodeError:
         return
-    if Mark.parse(data).token == token:
+    mark = Mark.parse(data)
+    if mark.token == token and mark.revoked is None:  # a revoked grant's stays: its delay holds
         with contextlib.suppress(k.exceptions.NoNodeError, k.exceptions.BadVersionError):
             await conn.settled(session, lambda: client.delete_async(marker, stat.version))
 
@@ -167,5 +168,5 @@ async def lock_delays(conn: Connections, name: str | None = None) -> list[LockDe
                 continue  # its grant still holds
         left = await time_left(conn.read, conn.paths, f"{root}/{enc}{MARK}", mark, stat)
         if left > 0:
-            found.append(LockDelay(unquote(enc), mark.token, left))
+            found.append(LockDelay(unquote(enc), mark.token, left, mark.revoked))
     return found

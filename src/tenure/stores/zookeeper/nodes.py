@@ -9,12 +9,23 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ..._values import Holder, LockInfo
-from .._kit import FOREIGN, owner_fields, owner_json, owner_of, parse_owner
+from ..._values import Holder, LockInfo, Revocation
+from .._kit import (
+    FOREIGN,
+    owner_fields,
+    owner_json,
+    owner_of,
+    parse_owner,
+    parse_revocation,
+    revocation_json,
+)
 
 SEQUENCE = re.compile(r"-(\d{10})$")
 MARK = "%held"
 """Suffix of a lock's hold-back marker beside its parent (``%he`` is never a percent-escape)."""
+NOTICES = "%revoked"
+"""The node under ``locks`` whose children tell sessions of their revoked grants (no encoded
+name is ``%revoked``: an encoded ``%`` is ``%25``), named ``<session id hex>-<encoded name>``."""
 LOG_LENGTH = 32
 """Proclaimed values kept in a lock's parent node, for watchers that read late."""
 
@@ -51,6 +62,16 @@ class Paths:
 
     def record(self, key: str) -> str:
         return f"{self.records}/{encode(key)}"
+
+    @property
+    def notices(self) -> str:
+        """The parent of the revocation notices (see `NOTICES`)."""
+        return f"{self.root}/{NOTICES}"
+
+    def notice(self, session_id: int, name: str = "") -> str:
+        """The notice of the revocation of ``name`` granted to session ``session_id`` (no
+        ``name``: the prefix of that session's notices' names)."""
+        return f"{self.notices}/{session_id:016x}-{encode(name)}"
 
 
 def queue_of(children: list[str]) -> list[str]:
@@ -121,14 +142,18 @@ class Mark:
     token: int
     lock_delay: float
     noticed: bool = False
+    revoked: Revocation | None = None
+    """Put by ``revoke``: the revocation, its delay the holder's TTL plus its lock-delay; the
+    old holder's release then leaves the marker in place."""
 
     @classmethod
     def parse(cls, data: bytes | None) -> Mark:
         try:
             fields = json.loads(data or b"")
             return cls(
-                int(fields["token"]), float(fields["lock_delay"]), bool(fields.get("noticed"))
-            )
+                int(fields["token"]), float(fields["lock_delay"]), bool(fields.get("noticed")),
+                parse_revocation(fields.get("revoked")),
+            )  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError):
             return cls(0, 0.0)  # not tenure's: holds nothing back
 
@@ -136,4 +161,6 @@ class Mark:
         fields: dict[str, object] = {"token": self.token, "lock_delay": self.lock_delay}
         if self.noticed:
             fields["noticed"] = True
+        if self.revoked is not None:
+            fields["revoked"] = revocation_json(self.revoked)
         return json.dumps(fields).encode()

@@ -41,6 +41,8 @@ class ZooKeeperSession(Session):
     lock_delay: float = 0.0
     marks: dict[tuple[str, int], int] = field(default_factory=dict)
     """(name, token) → data version of the hold-back marker this session's grant put."""
+    notices: set[str] = field(default_factory=set)
+    """The revocation notices the last ``revoked`` returned: acted on, deleted by the next."""
 
     @property
     def gone(self) -> bool:

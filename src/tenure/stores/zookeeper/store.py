@@ -17,11 +17,11 @@ import anyio
 
 from ..._errors import InvalidArgument, LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
-from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record
+from ..._values import Capabilities, Holder, LockDelay, LockInfo, Record, Revocation
 from .._connect import NO_OPTIONS, ConnectOptions
 from .._kit import parse_url
-from .._spi import Busy, Elections, Grant, Records, Session, Store, Watch
-from . import holdback, records
+from .._spi import Busy, Elections, Grant, Records, Revocations, Session, Store, Watch
+from . import holdback, records, revoke
 from .connections import Connections, NoAccess
 from .nodes import Mark, Paths, encode, lock_info, log_data, queue_of, read_log, value_in
 from .session import Gone, ZooKeeperSession, ZooKeeperTicket
@@ -39,7 +39,7 @@ _CHROOT = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
 _LOG_CACHE = 1024
 
 
-class ZooKeeperStore(Store, Elections, Records):
+class ZooKeeperStore(Store, Elections, Records, Revocations):
     """ZooKeeper (``zookeeper://h1:2181,h2:2181/chroot``): correctness-grade; tokens are zxids."""
 
     scheme: ClassVar[str] = "zookeeper"
@@ -392,6 +392,18 @@ class ZooKeeperStore(Store, Elections, Records):
 
     async def lock_delays(self, name: str | None = None) -> list[LockDelay]:
         return await holdback.lock_delays(self._conn, name)
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        return await revoke.revoke(self._conn, self.paths, name, token, record)
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, ZooKeeperSession)
+        try:
+            return await revoke.revoked(self._conn, self.paths, session)
+        except Gone:
+            return []  # the next keep-alive says so
 
     # -- leader election -------------------------------------------------------------------
 

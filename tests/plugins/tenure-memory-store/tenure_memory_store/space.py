@@ -9,9 +9,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tenure.stores import Change, Holder, LockDelay, LockInfo, Record
+from tenure.stores import Change, Holder, LockDelay, LockInfo, Record, Revocation
 
 from .wake import Bell
 
@@ -69,6 +69,9 @@ class Space:
     queues: dict[str, list[Ticket]] = field(default_factory=dict)
     taps: dict[str, list[Tap]] = field(default_factory=dict)
     records: dict[str, Record] = field(default_factory=dict)
+    revocations: dict[str, tuple[int, Revocation, float]] = field(default_factory=dict)
+    """The latest revocation of each name: the revoked grant's session, the record, and until
+    when (on `clock`) the name is held back for it."""
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _ring: list[Bell] = field(default_factory=list)
 
@@ -101,7 +104,16 @@ class Space:
         if until <= now:
             self.held.pop(name, None)
             return None
-        return LockDelay(name, token, until - now)
+        revoked = self.revocations.get(name)
+        why = None
+        if revoked is not None and revoked[1].token == token:
+            why = self.revocation(revoked, now)
+        return LockDelay(name, token, until - now, why)
+
+    @staticmethod
+    def revocation(kept: tuple[int, Revocation, float], now: float) -> Revocation:
+        _, record, until = kept
+        return replace(record, free_in=max(0.0, until - now))
 
     def head(self, name: str) -> Ticket | None:
         queue = self.queues.get(name)
@@ -142,6 +154,9 @@ class Space:
         """Forget a session: its names are freed (``released``) or held back by its
         lock-delay, counted from when it expired; its places in queues are given up."""
         del self.sessions[lease.id]
+        for name, (session, _, until) in list(self.revocations.items()):
+            if session == lease.id and until <= now:
+                del self.revocations[name]
         for name, held in list(self.locks.items()):
             if held.session != lease.id:
                 continue
@@ -156,6 +171,22 @@ class Space:
             for ticket in [t for t in queue if t.session == lease.id]:
                 self.dequeue(ticket)
                 self._ring.append(ticket.bell)  # so it learns its session is gone
+
+    def revoke(self, name: str, record: Revocation, now: float) -> Revocation:
+        """End the grant of ``name`` outside its session: held back until the session's
+        expiry as it stands plus its lock-delay, or (``record.now``) freed at once."""
+        held = self.locks.pop(name)
+        lease = self.sessions[held.session]
+        until = now if record.now else lease.expires + lease.lock_delay
+        if record.now:
+            self.held.pop(name, None)
+            self.call_next(name)
+        else:
+            self.held[name] = (held.token, until)
+        kept = (held.session, replace(record, token=held.token), until)
+        self.revocations[name] = kept
+        self.changed(name, now)
+        return self.revocation(kept, now)
 
     def changed(self, name: str, now: float) -> None:
         change = Change(name, self.holder(name, now))

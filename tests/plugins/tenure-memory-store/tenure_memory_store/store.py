@@ -21,6 +21,8 @@ from tenure.stores import (
     LockInfo,
     Record,
     Records,
+    Revocation,
+    Revocations,
     Session,
     Store,
     Watch,
@@ -38,7 +40,7 @@ class MemorySession(Session):
     ttl: float
 
 
-class MemoryStore(Store, Elections, Records):
+class MemoryStore(Store, Elections, Records, Revocations):
     scheme: ClassVar[str] = "memory"
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",
@@ -176,6 +178,21 @@ class MemoryStore(Store, Elections, Records):
         with self._space.changing():
             self._space.taps.setdefault(name, []).append(tap)
         return MemoryWatch(self._space, tap)
+
+    # -- revocations -----------------------------------------------------------------------
+
+    async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
+        with self._space.changing() as now:
+            held = self._space.locks.get(name)
+            if held is None or (token is not None and held.token != token):
+                return None
+            return self._space.revoke(name, record, now)
+
+    async def revoked(self, session: Session) -> list[Revocation]:
+        assert isinstance(session, MemorySession)
+        with self._space.changing() as now:
+            kept = self._space.revocations.values()
+            return [self._space.revocation(each, now) for each in kept if each[0] == session.id]
 
     # -- records ---------------------------------------------------------------------------
 

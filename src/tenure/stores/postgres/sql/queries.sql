@@ -97,3 +97,17 @@ SELECT DISTINCT ON (x.name) x.name, x.token,
  WHERE s.expires <= clock_timestamp()) x
  WHERE x.free_at > clock_timestamp() AND (%(name)s::text IS NULL OR x.name = %(name)s)
  ORDER BY x.name, x.free_at DESC
+
+-- name: revoke
+SELECT * FROM {s}.revoke(%(name)s::text, %(token)s::bigint, %(now)s::boolean, %(host)s::text,
+ %(pid)s::integer, %(label)s::text, %(user)s::text, %(at)s::float8, %(reason)s::text)
+
+-- name: revoked
+SELECT name, token, host, pid, label, usr, at, reason, at_once,
+ greatest(0, extract(epoch FROM free_at - clock_timestamp()))::float8
+ FROM {s}.revocations WHERE session = %(id)s
+
+-- name: revocation
+SELECT name, token, host, pid, label, usr, at, reason, at_once,
+ greatest(0, extract(epoch FROM free_at - clock_timestamp()))::float8
+ FROM {s}.revocations WHERE name = %(name)s AND token = %(token)s

@@ -119,6 +119,7 @@ elseif op == 'renew' then  -- sid ttl: the session and all it holds or waits for
     if redis.call('pttl', q) < ttl then redis.call('pexpire', q, ttl) end
   end
   redis.call('pexpire', n, ttl)
+  redis.call('pexpire', key('v', sid), ttl)
   return renewed
 
 elseif op == 'close' then  -- sid
@@ -134,8 +135,34 @@ elseif op == 'close' then  -- sid
       hand_over(name)
     end
   end
-  redis.call('del', n)
+  redis.call('del', n, key('v', sid))
   return 1
+
+elseif op == 'revoke' then  -- name token ('': any) now record: end the grant, hold it back
+  local name = ARGV[3]
+  local h = holder(name)
+  if not h or (ARGV[4] ~= '' and h[2] ~= ARGV[4]) then return false end
+  local sid, t, ms = h[1], h[2], 0
+  -- Out of the session (its renewals no longer touch it, its release frees nothing); unless
+  -- now, held back for the session's time left plus its lock-delay, as after an expiry.
+  redis.call('del', key('l', name))
+  involve(sid, name, -1)
+  if ARGV[5] == '1' then
+    redis.call('del', key('h', name), key('x', name))
+  else
+    ms = math.max(1, left(sid)) + delay(sid)
+    redis.call('set', key('h', name), t, 'PX', ms)
+    redis.call('set', key('x', name), t .. ' ' .. ARGV[6], 'PX', ms)
+  end
+  local v = key('v', sid)  -- the session's notices: read after each renewal, gone with it
+  redis.call('hset', v, name .. '/' .. t, ARGV[6])
+  redis.call('pexpire', v, math.max(1, left(sid)))
+  note(name, {'was', t})
+  if ARGV[5] == '1' then hand_over(name) end
+  return {t, ms}
+
+elseif op == 'revoked' then  -- sid: its notices, field (name/token) and record, flat
+  return redis.call('hgetall', key('v', ARGV[3]))
 
 elseif op == 'attempt' then  -- sid name rid enqueue score floor
   local sid, name, rid = ARGV[3], ARGV[4], ARGV[5]
@@ -258,7 +285,7 @@ elseif op == 'held' then  -- name: its hold-back's token and ms left, if nobody 
   if holder(name) then return false end
   local back = held_back(name)
   if back == 0 then return false end
-  return {redis.call('get', key('h', name)), back}
+  return {redis.call('get', key('h', name)), back, redis.call('get', key('x', name))}
 
 elseif op == 'info' then  -- name
   local name = ARGV[3]
