@@ -1,6 +1,7 @@
 """`tenure serve`'s page in a real browser: headless Chromium from Debian's packages, driven by
 Selenium through Debian's chromedriver (scripts/setup installs both). The page shows its first
-state, then a lock taken by the test — and its token — without a reload, then no lock again.
+state, then a lock taken by the test — and its token — without a reload, then no lock again;
+with ``--allow-revoke``, its revoke button revokes it.
 
 ``TENURE_SERVE_SCREENSHOT=docs/serve.png`` (scripts/serve_screenshot) also fills the store with
 one of each primitive and saves the page as docs/serve.png.
@@ -153,3 +154,27 @@ def fill(held: ExitStack, served: Served, url: str) -> threading.Thread:
         what="every primitive in the store",
     )
     return waiter
+
+
+def test_the_revoke_button(browser: webdriver.Chrome, sqlite_store_url: str) -> None:
+    """`--allow-revoke`: a click, the confirm accepted, and the lock shows as held back,
+    revoked by the server (test_serve_revoke.py checks the holder's loss)."""
+    with (
+        serving(sqlite_store_url, "--allow-revoke") as served,
+        tenure.connect(sqlite_store_url, label="stuck") as c,
+    ):
+        lease = c.lock("deploy", ttl=1.5).acquire()
+        browser.get(served.url)
+        button = '#locks tr[data-name="deploy"] button.revoke'
+        wait_for(browser, "the revoke button", lambda d: text_of(d, button) == "revoke")
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        confirm = wait_for(browser, "the confirm", lambda d: d.switch_to.alert)
+        assert f"deploy (token {lease.token})" in confirm.text  # type: ignore[attr-defined]
+        confirm.accept()  # type: ignore[attr-defined]
+        wait_for(browser, "the outcome", lambda d: text_of(d, "#notice").startswith("revoked"))
+        why = '#held_back tr[data-name="deploy"] .why'
+        wait_for(browser, "held back", lambda d: (text_of(d, why) or "").startswith("revoked by"))
+        assert "(tenure serve)" in text_of(browser, why)  # type: ignore[operator]
+        assert text_of(browser, '#locks tr[data-name="deploy"]') is None
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []

@@ -1,5 +1,6 @@
 """``tenure serve``: a read-only web page and JSON API over the store, updated live
-(docs/serve.md). Loopback only unless ``--public``: the page shows every lock, holder and job."""
+(docs/serve.md). Loopback only unless ``--public``: the page shows every lock, holder and job.
+``--allow-revoke`` adds a revoke button (a safe revoke, never ``--now``); off by default."""
 
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def _url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
-def _server(config: uvicorn.Config, url: str, feed: Feed, signals: list[int]) -> uvicorn.Server:
+def _server(
+    config: uvicorn.Config, url: str, feed: Feed, signals: list[int], mode: str
+) -> uvicorn.Server:
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -65,7 +68,7 @@ def _server(config: uvicorn.Config, url: str, feed: Feed, signals: list[int]) ->
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started:
-                click.echo(f"tenure serve: {url} (read-only; Ctrl-C stops)")
+                click.echo(f"tenure serve: {url} ({mode}; Ctrl-C stops)")
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             feed.close()
@@ -75,20 +78,31 @@ def _server(config: uvicorn.Config, url: str, feed: Feed, signals: list[int]) ->
 
 
 async def _serve(
-    sock: socket.socket, store: str | None, interval: float, allowed: list[str] | None
+    sock: socket.socket,
+    store: str | None,
+    interval: float,
+    allowed: list[str] | None,
+    allow_revoke: bool,
 ) -> int:
     """Serve until a signal stops it; the exit code (128 + the signal's number)."""
     import uvicorn
 
     from .web.app import make_app
 
-    async with tenure.connect_async(store) as client:
-        app = make_app(client, interval, allowed)
+    # The label names this server in what it revokes ("revoked by USER@HOST pid N (tenure serve)").
+    async with tenure.connect_async(store, label="tenure serve") as client:
+        app = make_app(client, interval, allowed, allow_revoke)
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2
         )
         signals: list[int] = []
-        await _server(config, _url(sock), app.state.feed, signals).serve(sockets=[sock])
+        if not allow_revoke:
+            mode = "read-only"
+        elif client.capabilities.revoke:
+            mode = "revoke allowed"
+        else:
+            mode = f"read-only: the {client.capabilities.grade} store cannot revoke"
+        await _server(config, _url(sock), app.state.feed, signals, mode).serve(sockets=[sock])
     return EXIT_SIGNAL_BASE + (signals[0] if signals else signal.SIGINT)
 
 
@@ -120,12 +134,21 @@ async def _serve(
     metavar="S",
     help="Seconds between two reads of the store (one read for every viewer).",
 )
-# (--allow-revoke would go here: a revoke button is being built separately; off by default.)
+@click.option(
+    "--allow-revoke",
+    is_flag=True,
+    help="Add a revoke button to each held lock, permit and writer: a safe revoke of the grant "
+    "shown (its token; never --now), recorded as by this server. Whoever can load the page can "
+    "revoke: keep it on loopback or behind your own login.",
+)
 @store_option
-def serve(host: str, port: int, public: bool, interval: float, store: str | None) -> int:
+def serve(
+    host: str, port: int, public: bool, interval: float, allow_revoke: bool, store: str | None
+) -> int:
     """Serve a read-only page of the store, updated live: locks and holders, tokens and time
     left, waiters, held-back names, semaphores, read-write locks, leaders, partition groups
-    and once/cron history. Prints the URL when ready; Ctrl-C stops it.
+    and once/cron history. Prints the URL when ready; Ctrl-C stops it. With --allow-revoke,
+    a button revokes a grant as tenure revoke NAME --token T does.
 
     \b
     GET /             the page
@@ -133,6 +156,7 @@ def serve(host: str, port: int, public: bool, interval: float, store: str | None
     GET /api/events   the same, as server-sent events, on each change
     GET /healthz      200 if the store can be read, else 503 and one line
     GET /metrics      Prometheus metrics (where prometheus_client is installed)
+    POST /api/revoke  {"name", "token"[, "reason"]}: only with --allow-revoke (docs/serve.md)
     """
     try:
         import starlette  # noqa: F401
@@ -151,7 +175,12 @@ def serve(host: str, port: int, public: bool, interval: float, store: str | None
     named = f"[{host}]" if ":" in host else host  # as a Host header names it
     try:
         return anyio.run(
-            _serve, sock, store, interval, [*LOOPBACK_HOSTS, named] if loopback else None
+            _serve,
+            sock,
+            store,
+            interval,
+            [*LOOPBACK_HOSTS, named] if loopback else None,
+            allow_revoke,
         )
     except KeyboardInterrupt:
         return EXIT_SIGNAL_BASE + signal.SIGINT

@@ -1,8 +1,8 @@
 """The ASGI app of ``tenure serve`` (Starlette): the page, its JSON API and its live feed.
 
-Read-only: every route is a GET and none changes the store. (A revoke button would need a
-POST route here, refused unless ``tenure serve --allow-revoke`` was given, and a token check
-against cross-site requests; it is being built separately.)
+Read-only but for one route: ``POST /api/revoke``, the page's revoke button, refused (403)
+unless ``tenure serve --allow-revoke`` (`tenure.cli.web.revoke`). Then the page carries a random
+token of this server in a meta tag, which the route requires back.
 
 Live updates are server-sent events fed by one reader of the store for every viewer (`Feed`):
 the public API has a watch for one name (``election.observe()``), none for every lock, so the
@@ -14,7 +14,9 @@ within an interval.
 from __future__ import annotations
 
 import contextlib
+import html
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
@@ -31,6 +33,7 @@ from starlette.types import Receive, Scope, Send
 import tenure
 
 from .. import one_line
+from .revoke import revoke_endpoint
 from .state import State, read_state, settled
 
 FRESH = 5.0
@@ -111,8 +114,13 @@ class AsgiEndpoint:
         await self.app(scope, receive, send)
 
 
-def _static(name: str, media_type: str) -> Callable[[Request], Awaitable[Response]]:
+def _static(
+    name: str, media_type: str, csrf: str | None
+) -> Callable[[Request], Awaitable[Response]]:
     body = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
+    if name == "index.html" and csrf is not None:  # revoke allowed: the page's token
+        meta = f'<meta name="tenure-csrf" content="{html.escape(csrf)}">\n</head>'
+        body = body.replace(b"</head>", meta.encode(), 1)
 
     async def serve(request: Request) -> Response:
         return Response(body, media_type=media_type, headers=HEADERS)
@@ -121,12 +129,16 @@ def _static(name: str, media_type: str) -> Callable[[Request], Awaitable[Respons
 
 
 def make_app(
-    client: tenure.AsyncClient, interval: float, allowed_hosts: list[str] | None
+    client: tenure.AsyncClient,
+    interval: float,
+    allowed_hosts: list[str] | None,
+    allow_revoke: bool = False,
 ) -> Starlette:
     """The app over an open client; ``allowed_hosts`` (None: any) is what a request's Host
     header may name, so that a page elsewhere cannot read this one by rebinding a DNS name to
-    127.0.0.1."""
+    127.0.0.1. ``allow_revoke``: the page's revoke button and its route (else 403)."""
     feed = Feed(client, interval)
+    csrf = secrets.token_urlsafe(32) if allow_revoke else None
 
     async def state(request: Request) -> Response:
         try:
@@ -164,8 +176,9 @@ def make_app(
         Route("/api/state", state),
         Route("/api/events", events),
         Route("/healthz", healthz),
+        Route("/api/revoke", revoke_endpoint(client, csrf, HEADERS), methods=["POST"]),
     ]
-    routes += [Route(path, _static(*file)) for path, file in STATIC.items()]
+    routes += [Route(path, _static(*file, csrf)) for path, file in STATIC.items()]
     with contextlib.suppress(ImportError):  # /metrics only where prometheus_client is
         import prometheus_client
 

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tenure
-from tenure import LockInfo, SlotRecord, describe
+from tenure import LockDelay, LockInfo, SlotRecord, describe
 
 from ..ls import recipes
 from ..partitions import read_map
@@ -62,7 +62,7 @@ def _semaphores(infos: list[LockInfo]) -> list[State]:
     found = []
     for name, group in recipes(infos, "semaphore", "queue").items():
         permits = max(group.counts, default=None)  # as `tenure ls` reads it: the holders' count
-        holders = [{"slot": slot, **_holder(info)} for slot, info in
+        holders = [{"slot": slot, "lock": info.name, **_holder(info)} for slot, info in
                    sorted(zip(group.slots, group.holders, strict=True))]  # fmt: skip
         found.append({"name": name, "permits": permits, "held": len(holders),
                       "holders": holders, "waiting": group.waiting})  # fmt: skip
@@ -73,9 +73,10 @@ def _rwlocks(infos: list[LockInfo]) -> list[State]:
     found = []
     for name, group in recipes(infos, "rwlock", "gate").items():
         gate = group.gate
-        readers = [_holder(info) for info in group.holders]
+        readers = [{"lock": info.name, **_holder(info)} for info in group.holders]
         # The gate's holder writes, or is the next reader or writer in line (docs/rwlocks.md).
-        writer = None if gate is None else {**_holder(gate), "waiters": gate.waiters}
+        writer = None if gate is None else {"lock": gate.name, **_holder(gate),
+                                            "waiters": gate.waiters}  # fmt: skip
         found.append({"name": name, "readers": readers, "gate": writer})
     return found
 
@@ -88,6 +89,18 @@ def _partitions(infos: list[LockInfo]) -> list[State]:
         read_map(group, [info for info in infos if info.name.startswith(prefixes[group])])
         for group in groups
     ]
+
+
+def _held_back(held: LockDelay) -> State:
+    """A name held back; ``revoked``: who revoked its last grant, as fields and as the line
+    ``tenure ls`` prints (null: its lease ended without a release)."""
+    revoked = held.revoked
+    return {
+        "name": held.name,
+        "token": held.token,
+        "free_in": round(held.free_in, 3),
+        "revoked": None if revoked is None else {**asdict(revoked), "text": revoked.describe()},
+    }
 
 
 def _history(slots: list[SlotRecord]) -> list[State]:
@@ -110,13 +123,14 @@ async def read_state(client: tenure.AsyncClient) -> State:
     slots = await client.history() if client.capabilities.records else []
     locks, leaders = _plain(infos)
     return {
-        "store": {"url": public_url(client.url), "grade": client.capabilities.grade},
+        "store": {
+            "url": public_url(client.url),
+            "grade": client.capabilities.grade,
+            "revoke": client.capabilities.revoke,
+        },
         "read_at": round(time.time(), 3),
         "locks": locks,
-        "held_back": [
-            {"name": h.name, "token": h.token, "free_in": round(h.free_in, 3)}
-            for h in sorted(held_back, key=lambda h: h.name)
-        ],
+        "held_back": [_held_back(h) for h in sorted(held_back, key=lambda h: h.name)],
         "semaphores": _semaphores(infos),
         "rwlocks": _rwlocks(infos),
         "leaders": leaders,

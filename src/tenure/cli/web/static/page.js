@@ -1,8 +1,12 @@
 // tenure serve's page: renders each state the server pushes (/api/events) and counts the times
 // left down in between. Names and labels come from other processes: text nodes only, never HTML.
+// With `tenure serve --allow-revoke` the page carries the server's token (a meta tag) and each
+// grant a revoke button: a safe revoke of the token shown, never one granted since.
 "use strict";
 
 let receivedAt = 0; // performance.now() when the shown state arrived
+const CSRF = document.querySelector('meta[name="tenure-csrf"]')?.content;
+let revocable = false; // revoke allowed, and the store can revoke (set by each state)
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -47,35 +51,83 @@ function row(name, ...cells) {
 
 const NUM = "num";
 
+function notice(state, text) {
+  const node = document.getElementById("notice");
+  node.dataset.state = state;
+  node.textContent = text;
+  node.hidden = false;
+}
+
+async function revoke(lock, token) {
+  const ask = `Revoke ${lock} (token ${token})?\n\nIts holder loses it at its next renewal; ` +
+    "nobody is granted it until the old lease could no longer be acting.";
+  if (!window.confirm(ask)) return;
+  notice("pending", `revoking ${lock} (token ${token})…`);
+  try {
+    const response = await fetch("/api/revoke", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Tenure-CSRF": CSRF },
+      body: JSON.stringify({ name: lock, token }),
+    });
+    const body = await response.json();
+    if (response.ok) {
+      notice("ok", `revoked ${lock} (token ${token}): its holder loses it at its next renewal; ` +
+        `nobody is granted it for ${body.free_in.toFixed(1)}s`);
+    } else {
+      notice("error", `not revoked: ${body.error}`);
+    }
+  } catch (error) {
+    notice("error", `not revoked: ${error}`);
+  }
+}
+
+// The revoke column's header and cell: nothing unless revocable.
+function revokeHead() {
+  return revocable ? [[""]] : [];
+}
+
+function revokeCell(lock, token) {
+  if (!revocable) return [];
+  const button = el("button", { type: "button", class: "revoke", title: `revoke token ${token}` },
+    "revoke");
+  button.addEventListener("click", () => revoke(lock, token));
+  return [el("td", {}, button)];
+}
+
 const SECTIONS = {
   locks: (s) => table(
-    [["name"], ["token", NUM], ["holder"], ["expires", NUM], ["waiters", NUM]],
+    [["name"], ["token", NUM], ["holder"], ["expires", NUM], ["waiters", NUM], ...revokeHead()],
     s.locks.map((l) => row(l.name, cell(l.name, "name"), cell(l.token, "num token"),
-      cell(holder(l), "holder"), left(l.expires_in), cell(l.waiters, "num waiters"))),
+      cell(holder(l), "holder"), left(l.expires_in), cell(l.waiters, "num waiters"),
+      ...revokeCell(l.name, l.token))),
     "no locks held"),
   held_back: (s) => table(
-    [["name"], ["ended lease's token", NUM], ["free in", NUM]],
+    [["name"], ["ended lease's token", NUM], ["free in", NUM], ["why"]],
     s.held_back.map((h) => row(h.name, cell(h.name, "name"), cell(h.token || "-", "num token"),
-      left(h.free_in))),
+      left(h.free_in), cell(h.revoked ? h.revoked.text : "lock-delay", "why"))),
     "no name held back"),
   leaders: (s) => table(
-    [["election"], ["term", NUM], ["value"], ["holder"], ["expires", NUM]],
+    [["election"], ["term", NUM], ["value"], ["holder"], ["expires", NUM], ...revokeHead()],
     s.leaders.map((l) => row(l.name, cell(l.name, "name"), cell(l.term, "num term"),
-      cell(l.value ?? "-"), cell(holder(l), "holder"), left(l.expires_in))),
+      cell(l.value ?? "-"), cell(holder(l), "holder"), left(l.expires_in),
+      ...revokeCell(l.name, l.term))),
     "no elections led"),
   semaphores: (s) => s.semaphores.length ? el("div", {}, ...s.semaphores.map((m) => el("div",
     { "data-name": m.name },
     el("p", { class: "sub" }, el("span", { class: "name" }, m.name),
       `: ${m.held}${m.permits ? ` of ${m.permits}` : ""} permits held, ${m.waiting} waiting`),
-    table([["slot", NUM], ["token", NUM], ["holder"], ["expires", NUM]],
-      m.holders.map((h) => el("tr", {}, cell(h.slot, NUM), cell(h.token, "num token"),
-        cell(holder(h), "holder"), left(h.expires_in))),
+    table([["slot", NUM], ["token", NUM], ["holder"], ["expires", NUM], ...revokeHead()],
+      m.holders.map((h) => el("tr", { "data-lock": h.lock }, cell(h.slot, NUM),
+        cell(h.token, "num token"), cell(holder(h), "holder"), left(h.expires_in),
+        ...revokeCell(h.lock, h.token))),
       "no permit held")))) : el("p", { class: "empty" }, "no semaphores in use"),
   rwlocks: (s) => table(
-    [["name"], ["readers", NUM], ["gate: writer, or next in line"], ["token", NUM], ["waiting", NUM]],
+    [["name"], ["readers", NUM], ["gate: writer, or next in line"], ["token", NUM], ["waiting", NUM],
+      ...revokeHead()],
     s.rwlocks.map((r) => row(r.name, cell(r.name, "name"), cell(r.readers.length, "num readers"),
       cell(r.gate ? holder(r.gate) : "-", "writer"), cell(r.gate ? r.gate.token : "-", "num token"),
-      cell(r.gate ? r.gate.waiters : 0, NUM))),
+      cell(r.gate ? r.gate.waiters : 0, NUM),
+      ...(r.gate ? revokeCell(r.gate.lock, r.gate.token) : revocable ? [cell("")] : []))),
     "no read-write locks in use"),
   partitions: (s) => s.partitions.length ? el("div", {}, ...s.partitions.map((g) => el("div",
     { "data-name": g.group },
@@ -114,6 +166,7 @@ function render(state) {
     return;
   }
   receivedAt = performance.now();
+  revocable = Boolean(CSRF) && state.store.revoke;
   document.getElementById("store").textContent = `${state.store.url} (${state.store.grade})`;
   for (const [id, draw] of Object.entries(SECTIONS)) {
     document.querySelector(`#${id} .body`).replaceChildren(draw(state));
@@ -129,5 +182,6 @@ function connect() {
   events.onerror = () => status("lost", "connection lost: reconnecting…");
 }
 
+if (CSRF) document.getElementById("mode").textContent = "Revoke allowed (--allow-revoke).";
 connect();
 setInterval(tick, 250);
