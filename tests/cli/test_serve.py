@@ -35,7 +35,7 @@ def test_state_shows_every_primitive_then_nothing(sqlite_store_url: str) -> None
         tenure.connect(sqlite_store_url, label="web-2") as other,
     ):
         empty = served.state()
-        assert empty["store"] == {"url": sqlite_store_url, "grade": "correctness"}
+        assert empty["store"] == {"url": sqlite_store_url, "grade": "correctness", "revoke": True}
         for part in ("locks", "held_back", "semaphores", "rwlocks", "leaders", "partitions"):
             assert empty[part] == [], part
         assert empty["history"] == []
