@@ -70,7 +70,7 @@ def test_revoke_a_held_lock_with_its_token(sqlite_store_url: str) -> None:
         assert back["revoked"]["text"] == held.revoked.describe()
 
 
-def test_cross_site_and_bad_requests_are_refused(sqlite_store_url: str) -> None:
+def test_cross_site_and_bad_requests_are_refused_then_a_permit(sqlite_store_url: str) -> None:
     with (
         serving(sqlite_store_url, "--allow-revoke") as served,
         tenure.connect(sqlite_store_url) as client,
@@ -91,6 +91,15 @@ def test_cross_site_and_bad_requests_are_refused(sqlite_store_url: str) -> None:
         assert served.http.get("/api/revoke").status_code == 405
         assert [info.token for info in client.locks("deploy")] == [lease.token]
         assert client.lock_delays() == []
+
+        # A semaphore's permit: the state names its store lock, which the route revokes.
+        permit = client.semaphore("pool", 2, ttl=20).acquire()
+        [holder] = served.until(lambda s: s["semaphores"], what="the permit")[0]["holders"]
+        assert holder["token"] == permit.token
+        done = post(served, {"name": holder["lock"], "token": permit.token}, key)
+        assert done.status_code == 200, done.text
+        assert [held.name for held in client.lock_delays()] == [holder["lock"]]
+        assert [info.token for info in client.locks("deploy")] == [lease.token]
 
 
 def test_off_by_default(sqlite_store_url: str) -> None:

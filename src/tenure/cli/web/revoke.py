@@ -71,10 +71,13 @@ def revoke_endpoint(
             except tenure.InvalidArgument as exc:
                 return _error(409, str(exc), headers)
         try:
-            name, token, reason = _parse(json.loads(await request.body()))
-        except ValueError as exc:  # (json.JSONDecodeError is one)
-            return _error(400, str(exc) if not isinstance(exc, json.JSONDecodeError)
-                          else f"the body is not JSON: {exc}", headers)  # fmt: skip
+            body = json.loads(await request.body())
+        except ValueError as exc:  # not JSON, or not UTF-8
+            return _error(400, f"the body is not JSON: {exc}", headers)
+        try:
+            name, token, reason = _parse(body)
+        except ValueError as exc:
+            return _error(400, str(exc), headers)
         peer = request.client
         where = f"{peer.host}:{peer.port}" if peer else "an unknown address"
         why = f"from tenure serve, client {where}" + (f": {reason}" if reason else "")
