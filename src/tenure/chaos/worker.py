@@ -95,8 +95,10 @@ class Worker:
 
     # -- recording ------------------------------------------------------------------------------
 
-    def op(self, f: str, token: int, value: Any, action: Callable[[], Any]) -> Any:
-        """Run ``action`` as operation ``f``, recording invoke and outcome."""
+    def op(self, f: str, token: int, value: Any, action: Callable[[], Any], ok: Any = None) -> Any:
+        """Run ``action`` as operation ``f``, recording invoke and outcome: a read's ok carries
+        what it read, another's ``ok`` (a write's data, for ``lost-update``'s acknowledged
+        writes)."""
         self.rec.record(f, "invoke", token=token, value=value)
         try:
             result = action()
@@ -106,7 +108,7 @@ class Worker:
         except Exception as exc:
             self.rec.record(f, "info", token=token, error=one_line(exc))
             raise
-        self.rec.record(f, "ok", token=token, value=result if f == "read" else None)
+        self.rec.record(f, "ok", token=token, value=result if f == "read" else ok)
         return result
 
     # -- the loop -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import tenure
 
 from ..checks import item_windows
 from ..history import Event, LeaseWindow, WorkRecord
-from ..ownership import Ownership, one_line
+from ..ownership import Ownership
 from ..resource import PARTITION, partition_items
 from ._base import Sizes, Workload
 
@@ -58,22 +58,15 @@ def write_items(worker: Worker, own: Ownership) -> None:
 
 def step_item(worker: Worker, own: Ownership, item: str, lease: tenure.Lease) -> None:
     """Read the item's counter, think, write it + 1: by the item's own token."""
-    token, resource, rec = lease.token, worker.resource, worker.rec
+    token, resource = lease.token, worker.resource
     asked = own.with_deadline(lease, {"item": item})
     value = worker.op("read", token, asked, lambda: resource.read_item(token, item))
     time.sleep(worker.rng.uniform(0.005, worker.args.think / 5))
     data = {"item": item, "old": value, "new": value + 1}
     invoke = own.with_deadline(lease, data)
-    rec.record("write", "invoke", token=token, value=invoke)
-    try:
-        resource.write_item(token, item, value + 1, data)
-    except tenure.StaleToken:
-        rec.record("write", "fail", token=token, error="stale")
-        raise
-    except Exception as exc:
-        rec.record("write", "info", token=token, error=one_line(exc))
-        raise
-    rec.record("write", "ok", token=token, value=data)
+    worker.op(
+        "write", token, invoke, lambda: resource.write_item(token, item, value + 1, data), ok=data
+    )
 
 
 def settings(sizes: Sizes) -> dict[str, Any]:

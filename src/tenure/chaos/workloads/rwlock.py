@@ -15,7 +15,6 @@ from ..._rwlock import PREFIX as RWLOCK_PREFIX
 from ..._rwlock import gate_name, slot_name
 from ..checks import permit_windows
 from ..history import Event, LeaseWindow, WorkRecord
-from ..ownership import one_line
 from ..resource import RWLOCK
 from ._base import Sizes, Workload, granted_lease
 
@@ -53,7 +52,7 @@ def step(worker: Worker, lease: tenure.Lease) -> None:
     writer does the counter step. Each access records the deadline then, as the semaphore
     step does, so the lease's window ends at it (`checks.permit_windows`)."""
     assert isinstance(lease, tenure.RWLease)
-    token, resource, rec = lease.token, worker.resource, worker.rec
+    token, resource = lease.token, worker.resource
     if lease.mode == "read":
         read_as_reader(worker, lease)
         worker.think()
@@ -71,18 +70,11 @@ def step(worker: Worker, lease: tenure.Lease) -> None:
     worker.think()
     data = {"old": value, "new": value + 1}
     invoke = {**data, "mode": "write", "deadline": worker.deadline(lease)}
-    rec.record("write", "invoke", token=token, value=invoke)
-    try:
-        resource.write_exclusive(token, value + 1, data)
-    except tenure.StaleToken:
-        rec.record("write", "fail", token=token, error="stale")
-        raise
-    except Exception as exc:
-        rec.record("write", "info", token=token, error=one_line(exc))
-        raise
     # The ok carries the write (as the partition step's does), for the acknowledged-write
     # half of ``lost-update``.
-    rec.record("write", "ok", token=token, value=data)
+    worker.op(
+        "write", token, invoke, lambda: resource.write_exclusive(token, value + 1, data), ok=data
+    )
 
 
 def read_as_reader(worker: Worker, lease: tenure.RWLease) -> int:

@@ -29,13 +29,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 from urllib.parse import urlencode
 
 from ...testing.proxy import ChaosProxy, ThreadedChaosProxy
 from .._clockshift import ClockShift
-from .._server import HOST, Member, ServerProcess, TLSFiles, free_port
+from .._server import HOST, Member, ServerProcess, Started, TLSFiles, free_port
 
 REDIS_SERVER = Path(os.environ.get("TENURE_REDIS_SERVER", "/usr/bin/redis-server"))
 PREFIX = "tenure-redis-"
@@ -59,7 +58,7 @@ class RedisUser:
         return parts
 
 
-class RedisServer(ServerProcess):
+class RedisServer(ServerProcess, Started):
     """One ``redis-server`` on 127.0.0.1: ``start()``, ``stop()``, ``kill()``, ``close()``."""
 
     def __init__(
@@ -184,17 +183,6 @@ class RedisServer(ServerProcess):
             if self.clock is not None:
                 self.clock.close()
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- replication and clock ------------------------------------------------------------
 
