@@ -27,17 +27,20 @@ async def _in_line(client: AsyncClient, name: str, count: int) -> None:
 
 
 async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
-    readers = writers = most_readers = 0
+    """No writer beside anyone, whatever the interleaving. That readers *do* overlap is arranged
+    with held grants in the next test, not read off short holds that may or may not meet."""
+    readers = writers = 0
     beside: list[str] = []
+    held: list[str] = []
     async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
 
         async def reader(client: AsyncClient) -> None:
-            nonlocal readers, most_readers
+            nonlocal readers
             for _ in range(3):
                 async with client.rwlock("doc", ttl=5, timeout=30).read as lease:
                     assert lease.mode == "read" and lease.name == "doc"
                     readers += 1
-                    most_readers = max(most_readers, readers)
+                    held.append("read")
                     if writers:
                         beside.append(f"reader {lease.token} beside a writer")
                     await anyio.sleep(0.05)
@@ -49,6 +52,7 @@ async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
                 async with client.rwlock("doc", ttl=5, timeout=30).write as lease:
                     assert lease.mode == "write" and lease.index == -1
                     writers += 1
+                    held.append("write")
                     if readers or writers > 1:
                         beside.append(f"writer {lease.token} beside {readers} readers")
                     await anyio.sleep(0.03)
@@ -59,7 +63,8 @@ async def test_readers_share_and_a_writer_is_alone(store_url: str) -> None:
                 group.start_soon(reader, client)
             for client in (b, a):
                 group.start_soon(writer, client)
-    assert beside == [] and most_readers >= 1
+    assert beside == []
+    assert sorted(held) == ["read"] * 9 + ["write"] * 6  # every caller was granted every time
 
 
 async def test_a_held_read_lock_lets_other_readers_in(store_url: str) -> None:
