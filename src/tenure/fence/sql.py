@@ -1,4 +1,4 @@
-"""The resource side of fencing: refuse a token lower than one already accepted.
+"""A fence in the protected SQL database itself (``tenure.fence.SQLFence``).
 
 A lease's token only protects anything if the resource checks it. Keep one small table next to the
 data you protect; admit the holder's token in the same transaction as the write, so that the check
@@ -31,8 +31,8 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from . import _observe
-from ._errors import InvalidArgument, StaleToken
+from .._errors import InvalidArgument, StaleToken
+from ._tokens import check, refused
 
 if TYPE_CHECKING:
     import psycopg
@@ -41,7 +41,6 @@ __all__ = ["DBAPICursor", "SQLFence"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}")
-_MAX_TOKEN = 2**63 - 1  # BIGINT in both databases
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 _Row = TypeVar("_Row")
@@ -107,10 +106,7 @@ class SQLFence:
         await conn.commit()
 
     def _refused(self, resource: str, token: int, highest: int) -> StaleToken:
-        """The error that refuses ``token``, told to observers (``tenure.metrics``) first."""
-        if _observe.listeners:
-            _observe.fence_refused(type(self).__name__, resource)
-        return StaleToken(resource, token, highest)
+        return refused(type(self).__name__, resource, token, highest)
 
     # -- admit inside the caller's transaction --------------------------------------------------
 
@@ -281,12 +277,11 @@ class SQLFence:
 
 
 def _check(resource: object, token: object) -> None:
-    if not isinstance(resource, str) or not resource or "\x00" in resource or _READS in resource:
+    check(resource, token)
+    if isinstance(resource, str) and _READS in resource:
         raise InvalidArgument(
             f"fence resource must be a non-empty string without NUL or \\x1f, not {resource!r}"
         )
-    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= _MAX_TOKEN:
-        raise InvalidArgument(f"fencing token must be an integer in 0..2**63-1, not {token!r}")
 
 
 _READS = "\x1f"

@@ -1,0 +1,15 @@
+"""The resource side of fencing: refuse a token lower than one already accepted.
+
+A lease's token only protects anything if the resource checks it, atomically with the write it
+guards. Each module here is a fence for one kind of resource (docs/fencing.md lists them all):
+
+- ``SQLFence`` (``tenure.fence.sql``): a table in the protected SQL database (sqlite3, psycopg);
+  the token is admitted in the same transaction as the write.
+
+Every fence admits an equal token (one lease writes many times), admits and remembers a higher
+one, and refuses a lower one with ``tenure.StaleToken``.
+"""
+
+from .sql import DBAPICursor, SQLFence
+
+__all__ = ["DBAPICursor", "SQLFence"]
