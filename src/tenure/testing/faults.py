@@ -124,6 +124,11 @@ class FaultyStore(Store, Elections, Records, Revocations):
     async def list_records(self, prefix: str) -> list[Record]:
         return await records_of(self.inner).list_records(prefix)
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        return await records_of(self.inner).write_held_record(session, name, token, key, value)
+
     async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
         return await revocations_of(self.inner).revoke(name, token, record)
 
