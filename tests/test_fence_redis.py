@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -370,3 +372,14 @@ def test_async_hand_over_refuses_the_former_holders_late_write(
     run_async(redis_server, space, body)
     entries = [fields for _, fields in client.xrange(space.data())]
     assert entries == [{b"by": b"A"}, {b"by": b"B"}]
+
+
+def test_tenure_fence_imports_without_redis_py() -> None:
+    code = (
+        "import sys; sys.modules['redis'] = None\n"  # import redis now raises ImportError
+        "import tenure.fence\n"
+        "print(tenure.fence.RedisFence.__name__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "RedisFence\n"
