@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from multiprocessing.synchronize import Barrier, Event
 from pathlib import Path
@@ -298,3 +300,20 @@ def test_a_writer_killed_before_its_rename_leaves_the_old_file(tmp_path: Path) -
     FileFence(tmp_path).write(NAME, 2, "again")  # the dead writer's lock went with it
     assert (tmp_path / NAME).read_text() == "again"
     assert temporaries(tmp_path) == []
+
+
+def test_the_example_refuses_the_late_write() -> None:
+    example = Path(__file__).parents[1] / "examples" / "fence_files.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "holder 1 (token 1) wrote report.csv",
+        "holder 2 (token 2) added a row to report.csv",
+        "holder 1's late write refused: stale fencing token 1 for 'report.csv': "
+        "2 was already accepted",
+        "region,total",
+        "north,10",
+        "south,7",
+    ]

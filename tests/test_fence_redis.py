@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -383,3 +385,22 @@ def test_tenure_fence_imports_without_redis_py() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "RedisFence\n"
+
+
+def test_the_example_refuses_the_late_write(redis_server: RedisServer) -> None:
+    example = Path(__file__).parents[1] / "examples" / "fence_redis.py"
+    done = subprocess.run(
+        [sys.executable, str(example), redis_server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TENURE_STORE"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "holder 1 (token 1) wrote: packed",
+        "holder 2 (token 2) read: packed",
+        "holder 2 (token 2) wrote: shipped",
+        "holder 1's late write refused: stale fencing token 1 for 'orders': 2 was already accepted",
+        "state: shipped, log entries: 1",
+    ]
