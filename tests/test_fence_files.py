@@ -317,3 +317,10 @@ def test_the_example_refuses_the_late_write() -> None:
         "north,10",
         "south,7",
     ]
+
+
+def test_the_docs_page_shows_the_example_as_it_is() -> None:
+    root = Path(__file__).parents[1]
+    page = (root / "docs" / "fencing-files.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code in (root / "examples" / "fence_files.py").read_text()

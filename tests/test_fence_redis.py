@@ -404,3 +404,10 @@ def test_the_example_refuses_the_late_write(redis_server: RedisServer) -> None:
         "holder 1's late write refused: stale fencing token 1 for 'orders': 2 was already accepted",
         "state: shipped, log entries: 1",
     ]
+
+
+def test_the_docs_page_shows_the_example_as_it_is() -> None:
+    root = Path(__file__).parents[1]
+    page = (root / "docs" / "fencing-redis.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code in (root / "examples" / "fence_redis.py").read_text()
