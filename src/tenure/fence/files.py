@@ -82,7 +82,8 @@ class FileFence:
 
     def read(self, name: str, token: int) -> bytes:
         """Admit ``token`` (or raise `StaleToken`), then read the file ``name``; admitting
-        first means no older holder writes it after this read."""
+        first means no older holder writes it after this read. ``FileNotFoundError`` if there
+        is no such file yet (the token is admitted all the same)."""
         _check(name, token)
         with self._locked(name):
             self._admit(name, token)
