@@ -68,18 +68,27 @@ def stop(procs: list[subprocess.Popen[str]]) -> None:
 def assert_each_slot_once(cli: Cli, store: str, slots: int, interval: float) -> None:
     lines = runs(cli.tmp / "runs")
     ran = [line[0] for line in lines]
-    assert len(ran) == len(set(ran)), f"a slot ran twice: {lines}"
-    assert len(ran) >= slots
-    due = sorted(due_of(slot) for slot in ran)
+    last = max(ran, key=due_of)
+    earlier = [slot for slot in ran if slot != last]
+    assert len(earlier) == len(set(earlier)), f"a slot ran twice: {lines}"
+    # The slot running at the stop may run again, as a new attempt each time: a daemon stopped
+    # mid-slot records no end, and one not stopped yet may claim it (at least once).
+    attempts = [int(attempt) for slot, _, attempt, _ in lines if slot == last]
+    assert attempts == sorted(set(attempts)), f"the last slot ran twice in one attempt: {lines}"
+    assert len(set(ran)) >= slots
+    due = sorted(due_of(slot) for slot in set(ran))
     gaps = {round(b - a, 3) for a, b in itertools.pairwise(due)}
     assert gaps == {interval}, f"a slot was skipped: {sorted(ran)}"
     recorded = {row["slot"]: row for row in history(cli, store, "report")}
-    last = max(ran, key=due_of)
     for slot, who, attempt, token in lines:
         row = recorded[slot]  # every run is in the history, by the server that ran it
+        if slot == last and row["state"] == "running":
+            # Stopped mid-slot: its end is not recorded and the slot is left to another daemon
+            # (docs/once.md), which may claim it again before its own stop reaches it.
+            assert (row["attempts"], row["token"]) >= (int(attempt), int(token)), row
+            continue
         assert (row["label"], row["attempts"], row["token"]) == (who, int(attempt), int(token))
-        # Done — but the slot running when the daemons were stopped is left running.
-        assert row["state"] == "done" or (slot == last and row["state"] == "running"), row
+        assert row["state"] == "done", row
 
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
