@@ -5,11 +5,61 @@ guards. Each module here is a fence for one kind of resource (docs/fencing.md li
 
 - ``SQLFence`` (``tenure.fence.sql``): a table in the protected SQL database (sqlite3, psycopg);
   the token is admitted in the same transaction as the write.
+- ``ASGIFence`` and ``WSGIFence`` (``tenure.fence.http``): middleware in front of an HTTP
+  service; the token comes in a request header and is admitted in a keeper
+  (``tenure.fence.keepers``: ``MemoryKeeper``, ``SQLKeeper``, ``RedisKeeper`` and their async
+  twins) before the app sees the request. A stale token is answered 409, and the clients'
+  ``HTTPXAuth`` (httpx) and ``RequestsAuth`` (requests) raise ``StaleToken`` for it
+  (docs/fencing-http.md).
 
 Every fence admits an equal token (one lease writes many times), admits and remembers a higher
 one, and refuses a lower one with ``tenure.StaleToken``.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from .http import Admission, ASGIFence, FenceRequest, HasToken, WSGIFence, admission, stale_body
+from .keepers import (
+    AsyncKeeper,
+    AsyncRedisKeeper,
+    AsyncSQLKeeper,
+    Keeper,
+    MemoryKeeper,
+    RedisKeeper,
+    SQLKeeper,
+)
 from .sql import DBAPICursor, SQLFence
 
-__all__ = ["DBAPICursor", "SQLFence"]
+if TYPE_CHECKING:
+    from .httpx_auth import HTTPXAuth
+    from .requests_auth import RequestsAuth
+
+__all__ = [
+    "ASGIFence",
+    "Admission",
+    "AsyncKeeper",
+    "AsyncRedisKeeper",
+    "AsyncSQLKeeper",
+    "DBAPICursor",
+    "FenceRequest",
+    "HTTPXAuth",
+    "HasToken",
+    "Keeper",
+    "MemoryKeeper",
+    "RedisKeeper",
+    "RequestsAuth",
+    "SQLFence",
+    "SQLKeeper",
+    "WSGIFence",
+    "admission",
+    "stale_body",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP clients are imported when asked for: httpx is needed only by whoever uses it.
+    if name in ("HTTPXAuth", "RequestsAuth"):
+        from . import http
+
+        return getattr(http, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,62 @@
+"""`HTTPXAuth`: an httpx client sends a lease's token to a fenced service (needs httpx)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Generator
+
+import httpx
+
+from .http import RESOURCE_HEADER, TOKEN_HEADER, HasToken, _headers, _stale
+
+__all__ = ["HTTPXAuth"]
+
+
+class HTTPXAuth(httpx.Auth):
+    """Sends ``lease``'s token (and ``resource``, unless the service names it) with each
+    request, and raises ``tenure.StaleToken`` when the fence answers 409 stale::
+
+        with httpx.Client(auth=HTTPXAuth(lease, "orders")) as http:   # or httpx.AsyncClient
+            http.post(url, json=order)
+
+    ``lease`` is a ``tenure.Lease``/``AsyncLease`` (its token is read at each request) or an
+    int. Any other response, the app's own 409s included, is returned as it is.
+    """
+
+    def __init__(
+        self,
+        lease: HasToken | int,
+        resource: str | None = None,
+        *,
+        token_header: str = TOKEN_HEADER,
+        resource_header: str = RESOURCE_HEADER,
+    ) -> None:
+        self.lease = lease
+        self.resource = resource
+        self.token_header = token_header
+        self.resource_header = resource_header
+
+    def _stamp(self, request: httpx.Request) -> None:
+        sent = _headers(self.lease, self.resource, self.token_header, self.resource_header)
+        request.headers.update(sent)
+
+    def sync_auth_flow(
+        self, request: httpx.Request
+    ) -> Generator[httpx.Request, httpx.Response, None]:
+        """Stamp the request; read a 409's body and raise ``StaleToken`` if it is a refusal."""
+        self._stamp(request)
+        response = yield request
+        if response.status_code == 409:
+            stale = _stale(409, response.read())
+            if stale is not None:
+                raise stale
+
+    async def async_auth_flow(
+        self, request: httpx.Request
+    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        """`sync_auth_flow` for ``httpx.AsyncClient``."""
+        self._stamp(request)
+        response = yield request
+        if response.status_code == 409:
+            stale = _stale(409, await response.aread())
+            if stale is not None:
+                raise stale
