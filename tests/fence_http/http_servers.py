@@ -16,6 +16,7 @@ from typing import Any
 import flask
 import uvicorn
 import waitress
+from waitress import wasyncore
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -91,7 +92,11 @@ def waitress_serving(app: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.effective_port}"
     finally:
-        # Closed from the server's own loop thread (its trigger runs the call there): the
-        # loop ends when its map of channels is empty.
-        server.trigger.pull_trigger(server.close)
+        # Every channel (kept-alive connections too) closed from the server's own loop thread,
+        # where its trigger runs the call: the loop ends when its map is empty. (WebTest's
+        # StopableWSGIServer stops waitress the same way; a one-socket server's close() only
+        # stops listening.)
+        server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
         thread.join(READY_TIMEOUT)
+        assert not thread.is_alive(), "waitress did not stop"
+        server.task_dispatcher.shutdown()

@@ -320,7 +320,7 @@ def _headers(
     lease: HasToken | int, resource: str | None, token_header: str, resource_header: str
 ) -> dict[str, str]:
     """The headers a holder sends: its token (read from the lease now), and the resource."""
-    token = lease if isinstance(lease, int) else lease.token
+    token = lease if isinstance(lease, int) else getattr(lease, "token", lease)
     # The service may name the resource itself; then only the token is checked here.
     check(resource if resource is not None else "-", token)
     sent = {token_header: str(token)}

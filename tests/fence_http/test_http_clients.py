@@ -1,0 +1,121 @@
+"""HTTPXAuth (httpx.Client and httpx.AsyncClient) and RequestsAuth against fenced apps on real
+servers: the headers they send, and the fence's 409 turned into StaleToken."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import requests
+from conftest import serving
+
+from tenure import InvalidArgument, StaleToken
+from tenure.fence import Admission, HTTPXAuth, MemoryKeeper, RequestsAuth
+
+
+@dataclass
+class Holder:
+    """Lease-like: the auth reads ``token`` at each request."""
+
+    token: int
+
+
+Post = Callable[[str, "Holder | int", "str | None"], int]
+"""Sends one POST with a client's auth; returns the status (or raises what the client raises)."""
+
+
+def httpx_sync(url: str, lease: Holder | int, resource: str | None) -> int:
+    with httpx.Client(auth=HTTPXAuth(lease, resource), timeout=10) as http:
+        return http.post(url).status_code
+
+
+def httpx_async(url: str, lease: Holder | int, resource: str | None) -> int:
+    async def send() -> int:
+        async with httpx.AsyncClient(auth=HTTPXAuth(lease, resource), timeout=10) as http:
+            return (await http.post(url)).status_code
+
+    return asyncio.run(send())
+
+
+def requests_session(url: str, lease: Holder | int, resource: str | None) -> int:
+    with requests.Session() as session:
+        session.auth = RequestsAuth(lease, resource)
+        return session.post(url, timeout=10).status_code
+
+
+CLIENTS = [
+    pytest.param(httpx_sync, id="httpx"),
+    pytest.param(httpx_async, id="httpx-async"),
+    pytest.param(requests_session, id="requests"),
+]
+
+
+@pytest.mark.parametrize("mode", ["wsgi", "asgi"])
+@pytest.mark.parametrize("send", CLIENTS)
+def test_the_client_sends_the_token_and_raises_stale_token_on_the_fences_409(
+    mode: str, send: Post
+) -> None:
+    keeper = MemoryKeeper()
+    with serving(mode, keeper) as service:
+        orders = service.url + "/orders"
+        lease = Holder(5)
+        assert send(orders, lease, "orders") == 200
+        assert send(orders, 7, "orders") == 200  # an int will do
+        with pytest.raises(StaleToken) as refused:
+            send(orders, lease, "orders")
+        assert (refused.value.resource, refused.value.token, refused.value.highest) == (
+            "orders",
+            5,
+            7,
+        )
+        lease.token = 9  # read at each request
+        assert send(orders, lease, "orders") == 200
+        assert keeper.highest("orders") == 9
+        assert service.seen == [
+            Admission("orders", 5),
+            Admission("orders", 7),
+            Admission("orders", 9),
+        ]
+
+
+@pytest.mark.parametrize("mode", ["wsgi", "asgi"])
+@pytest.mark.parametrize("send", CLIENTS)
+def test_the_apps_own_409_is_left_alone(mode: str, send: Post) -> None:
+    with serving(mode, MemoryKeeper()) as service:
+        assert send(service.url + "/conflict", 1, "orders") == 409
+
+
+@pytest.mark.parametrize("send", CLIENTS)
+def test_without_a_resource_only_the_token_is_sent(send: Post) -> None:
+    with serving("asgi", MemoryKeeper(), resource=lambda request: request.path) as service:
+        assert send(service.url + "/orders/1", 3, None) == 200
+        with pytest.raises(StaleToken) as refused:
+            send(service.url + "/orders/1", 2, None)
+        assert refused.value.resource == "/orders/1"
+    with serving("asgi", MemoryKeeper()) as service:  # the service wants the header
+        assert send(service.url + "/orders", 3, None) == 400
+
+
+@pytest.mark.parametrize("send", CLIENTS)
+@pytest.mark.parametrize("token", [-1, 2**63, True, "5"])
+def test_a_bad_token_is_refused_before_anything_is_sent(send: Post, token: object) -> None:
+    with serving("asgi", MemoryKeeper()) as service:
+        with pytest.raises(InvalidArgument, match="fencing token"):
+            send(service.url + "/orders", token, "orders")  # type: ignore[arg-type]
+        assert service.seen == []
+
+
+def test_the_clients_work_with_real_leases(sqlite_store_url: str) -> None:
+    import tenure
+
+    with serving("asgi", MemoryKeeper()) as service, tenure.connect(sqlite_store_url) as client:
+        with client.lock("orders", ttl=30) as lease:
+            with httpx.Client(auth=HTTPXAuth(lease, "orders")) as http:
+                assert http.post(service.url + "/orders").status_code == 200
+            session = requests.Session()
+            session.auth = RequestsAuth(lease, "orders")
+            assert session.post(service.url + "/orders").status_code == 200
+        assert service.seen == [Admission("orders", lease.token)] * 2
