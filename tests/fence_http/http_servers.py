@@ -16,11 +16,11 @@ from typing import Any
 import flask
 import uvicorn
 import waitress
-from waitress import wasyncore
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from waitress import wasyncore
 
 from tenure.fence import Admission, admission
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import requests
-from conftest import serving
 
+from conftest import serving
 from tenure import InvalidArgument, StaleToken
 from tenure.fence import Admission, HTTPXAuth, MemoryKeeper, RequestsAuth
 

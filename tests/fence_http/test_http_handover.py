@@ -12,10 +12,10 @@ import flask
 import httpx
 import pytest
 import requests
-from conftest import MODE_KEEPERS, Keeping, keeper_for, serving
 from http_servers import waitress_serving
 
 import tenure
+from conftest import MODE_KEEPERS, Keeping, keeper_for, serving
 from tenure import StaleToken
 from tenure.fence import (
     Admission,

@@ -8,8 +8,8 @@ import random
 import threading
 
 import pytest
-from conftest import ASYNC_KEEPERS, Keeping
 
+from conftest import ASYNC_KEEPERS, Keeping
 from tenure import InvalidArgument, StaleToken
 from tenure.fence import MemoryKeeper
 

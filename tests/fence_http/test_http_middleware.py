@@ -8,11 +8,21 @@ import json
 import httpx
 import pytest
 import redis.asyncio
-from conftest import MODE_KEEPERS, Keeping, keeper_for, serving
+from http_servers import starlette_app, uvicorn_serving
+from prometheus_client import CollectorRegistry
 
+from conftest import MODE_KEEPERS, Keeping, keeper_for, serving
 from tenure import InvalidArgument
-from tenure.fence import Admission, ASGIFence, AsyncRedisKeeper, MemoryKeeper, WSGIFence
+from tenure.fence import (
+    Admission,
+    ASGIFence,
+    AsyncRedisKeeper,
+    FenceRequest,
+    MemoryKeeper,
+    WSGIFence,
+)
 from tenure.fence.http import UNSAFE_METHODS
+from tenure.metrics import Metrics
 
 
 def post(url: str, token: str | bytes | None, resource: str | None = "orders") -> httpx.Response:
@@ -216,3 +226,43 @@ def test_the_409_body_is_what_the_clients_parse() -> None:
     assert _stale(409, b'{"error": "out of stock"}') is None
     assert _stale(409, b"not json") is None
     assert _stale(200, body) is None
+
+
+@pytest.mark.parametrize("mode", ["wsgi", "asgi"])
+def test_a_resource_callable_may_refuse_a_request_with_400(mode: str) -> None:
+    def resource(request: FenceRequest) -> str:
+        tenant = request.headers.get("x-tenant")
+        if tenant is None:
+            raise InvalidArgument("missing X-Tenant header")
+        return f"tenant/{tenant}"
+
+    with serving(mode, MemoryKeeper(), resource=resource) as service:
+        refused = post(service.url + "/orders", "1", resource=None)
+        assert (refused.status_code, refused.text) == (400, "missing X-Tenant header\n")
+        ok = httpx.post(service.url + "/orders", headers={"Tenure-Token": "1", "X-Tenant": "t"})
+        assert ok.status_code == 200 and service.seen == [Admission("tenant/t", 1)]
+
+
+def test_starlette_add_middleware_builds_the_fence() -> None:
+    seen: list[Admission | None] = []
+    app = starlette_app(seen)
+    app.add_middleware(ASGIFence, keeper=MemoryKeeper(), resource="ledger")
+    with uvicorn_serving(app) as url:
+        assert post(url + "/orders", "4", resource=None).status_code == 200
+        assert post(url + "/orders", "3", resource=None).status_code == 409
+    assert seen == [Admission("ledger", 4)]
+
+
+@pytest.mark.parametrize(("mode", "keeping"), MODE_KEEPERS, indirect=["keeping"])
+def test_a_refusal_is_counted_by_tenure_metrics_with_its_keeper(
+    mode: str, keeping: Keeping
+) -> None:
+    registry = CollectorRegistry()
+    keeper = keeper_for(mode, keeping)
+    # SQLKeeper refuses through its SQLFence; the others in their own name.
+    name = "SQLFence" if "SQL" in type(keeper).__name__ else type(keeper).__name__
+    with Metrics(registry), serving(mode, keeper) as service:
+        assert post(service.url + "/orders", "2").status_code == 200
+        assert post(service.url + "/orders", "1").status_code == 409
+        counted = registry.get_sample_value("tenure_fence_refusals_total", {"fence": name})
+    assert counted == 1
