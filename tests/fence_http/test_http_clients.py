@@ -119,3 +119,23 @@ def test_the_clients_work_with_real_leases(sqlite_store_url: str) -> None:
             session.auth = RequestsAuth(lease, "orders")
             assert session.post(service.url + "/orders").status_code == 200
         assert service.seen == [Admission("orders", lease.token)] * 2
+
+
+@pytest.mark.parametrize("mode", ["wsgi", "asgi"])
+@pytest.mark.parametrize("send", CLIENTS)
+def test_a_resource_name_need_not_be_ascii(mode: str, send: Post) -> None:
+    keeper = MemoryKeeper()
+    with serving(mode, keeper) as service:
+        assert send(service.url + "/orders", 2, "café/ñ") == 200
+        with pytest.raises(StaleToken) as refused:
+            send(service.url + "/orders", 1, "café/ñ")
+        assert refused.value.resource == "café/ñ" and keeper.highest("café/ñ") == 2
+
+
+@pytest.mark.parametrize("mode", ["wsgi", "asgi"])
+def test_a_resource_header_that_is_not_utf8_is_400(mode: str) -> None:
+    with serving(mode, MemoryKeeper()) as service:
+        answer = httpx.post(
+            service.url + "/orders", headers={"Tenure-Token": "1", "Tenure-Resource": b"\xff"}
+        )
+        assert (answer.status_code, answer.text) == (400, "Tenure-Resource header must be UTF-8\n")

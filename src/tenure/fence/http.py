@@ -17,6 +17,7 @@ token and turn the fence's 409 into ``tenure.StaleToken``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import re
@@ -160,7 +161,15 @@ class _Rules:
         found = request.headers.get(self._resource_key)
         if found is None:
             raise InvalidArgument(f"missing {self.resource_header} header: name the resource")
-        return found
+        return _utf8(found, self.resource_header)
+
+
+def _utf8(value: str, header: str) -> str:
+    """A header's text as sent in UTF-8 (both servers hand headers over decoded latin-1)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise InvalidArgument(f"{header} header must be UTF-8") from None
 
 
 _INTEGER = re.compile(r"-?[0-9]{1,40}")  # ASCII digits only (int() would take "٣" and "1_0")
@@ -271,7 +280,9 @@ class WSGIFence:
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         """Admit the request's token, then call the app; or answer 400 or 409 instead."""
         # PEP 3333 hands the path over as bytes decoded latin-1; ASGI gives it decoded UTF-8.
-        path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
+        path = environ.get("PATH_INFO", "")
+        with contextlib.suppress(UnicodeEncodeError):  # else a server decoded it already
+            path = path.encode("latin-1").decode("utf-8", "replace")
         request = FenceRequest(environ["REQUEST_METHOD"], path, _wsgi_headers(environ))
         try:
             admitted = self._rules.admission(request)
@@ -318,14 +329,14 @@ class HasToken(Protocol):
 
 def _headers(
     lease: HasToken | int, resource: str | None, token_header: str, resource_header: str
-) -> dict[str, str]:
+) -> dict[str, bytes]:
     """The headers a holder sends: its token (read from the lease now), and the resource."""
     token = lease if isinstance(lease, int) else getattr(lease, "token", lease)
     # The service may name the resource itself; then only the token is checked here.
     check(resource if resource is not None else "-", token)
-    sent = {token_header: str(token)}
+    sent = {token_header: str(token).encode()}
     if resource is not None:
-        sent[resource_header] = resource
+        sent[resource_header] = resource.encode()  # UTF-8: a name need not be ASCII
     return sent
 
 

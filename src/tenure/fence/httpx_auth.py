@@ -37,7 +37,9 @@ class HTTPXAuth(httpx.Auth):
 
     def _stamp(self, request: httpx.Request) -> None:
         sent = _headers(self.lease, self.resource, self.token_header, self.resource_header)
-        request.headers.update(sent)
+        request.headers.update({name.encode(): value for name, value in sent.items()})
+        if not all(value.isascii() for value in sent.values()):
+            request.headers.encoding = "utf-8"  # httpx reads its headers as ASCII otherwise
 
     def sync_auth_flow(
         self, request: httpx.Request
