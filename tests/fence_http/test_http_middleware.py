@@ -218,14 +218,14 @@ def test_bad_arguments_are_refused_at_once() -> None:
 def test_the_409_body_is_what_the_clients_parse() -> None:
     from tenure import StaleToken
     from tenure.fence import stale_body
-    from tenure.fence.http import _stale
+    from tenure.fence._clients import stale
 
     body = json.dumps(stale_body(StaleToken("r", 1, 2))).encode()
-    found = _stale(409, body)
+    found = stale(409, body)
     assert found is not None and (found.resource, found.token, found.highest) == ("r", 1, 2)
-    assert _stale(409, b'{"error": "out of stock"}') is None
-    assert _stale(409, b"not json") is None
-    assert _stale(200, body) is None
+    assert stale(409, b'{"error": "out of stock"}') is None
+    assert stale(409, b"not json") is None
+    assert stale(200, body) is None
 
 
 @pytest.mark.parametrize("mode", ["wsgi", "asgi"])

@@ -18,7 +18,8 @@ one, and refuses a lower one with ``tenure.StaleToken``.
 
 from typing import TYPE_CHECKING, Any
 
-from .http import Admission, ASGIFence, FenceRequest, HasToken, WSGIFence, admission, stale_body
+from ._clients import HasToken
+from .http import Admission, ASGIFence, FenceRequest, WSGIFence, admission, stale_body
 from .keepers import (
     AsyncKeeper,
     AsyncRedisKeeper,

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio.to_thread
 
@@ -46,7 +46,6 @@ __all__ = [
     "Admission",
     "FenceRequest",
     "HTTPXAuth",
-    "HasToken",
     "RequestsAuth",
     "WSGIFence",
     "admission",
@@ -314,46 +313,6 @@ def _wsgi_reply(
 ) -> list[bytes]:
     start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
     return [body]
-
-
-# -- the client side's share: what to send, and what a refusal looks like ------------------------
-
-
-class HasToken(Protocol):
-    """A lease, or anything with a fencing ``token``."""
-
-    @property
-    def token(self) -> int:
-        """The fencing token."""
-
-
-def _headers(
-    lease: HasToken | int, resource: str | None, token_header: str, resource_header: str
-) -> dict[str, bytes]:
-    """The headers a holder sends: its token (read from the lease now), and the resource."""
-    token = lease if isinstance(lease, int) else getattr(lease, "token", lease)
-    # The service may name the resource itself; then only the token is checked here.
-    check(resource if resource is not None else "-", token)
-    sent = {token_header: str(token).encode()}
-    if resource is not None:
-        sent[resource_header] = resource.encode()  # UTF-8: a name need not be ASCII
-    return sent
-
-
-def _stale(status: int, body: bytes) -> StaleToken | None:
-    """The `StaleToken` a fence's 409 reports, or None for any other response."""
-    if status != 409:
-        return None
-    try:
-        found = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(found, dict) or found.get("error") != STALE:
-        return None
-    resource, token, highest = found.get("resource"), found.get("token"), found.get("highest")
-    if isinstance(resource, str) and isinstance(token, int) and isinstance(highest, int):
-        return StaleToken(resource, token, highest)
-    return None
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,8 @@ from collections.abc import AsyncGenerator, Generator
 
 import httpx
 
-from .http import RESOURCE_HEADER, TOKEN_HEADER, HasToken, _headers, _stale
+from ._clients import HasToken, headers, stale
+from .http import RESOURCE_HEADER, TOKEN_HEADER
 
 __all__ = ["HTTPXAuth"]
 
@@ -36,7 +37,7 @@ class HTTPXAuth(httpx.Auth):
         self.resource_header = resource_header
 
     def _stamp(self, request: httpx.Request) -> None:
-        sent = _headers(self.lease, self.resource, self.token_header, self.resource_header)
+        sent = headers(self.lease, self.resource, self.token_header, self.resource_header)
         request.headers.update({name.encode(): value for name, value in sent.items()})
         if not all(value.isascii() for value in sent.values()):
             request.headers.encoding = "utf-8"  # httpx reads its headers as ASCII otherwise
@@ -48,9 +49,9 @@ class HTTPXAuth(httpx.Auth):
         self._stamp(request)
         response = yield request
         if response.status_code == 409:
-            stale = _stale(409, response.read())
-            if stale is not None:
-                raise stale
+            refusal = stale(409, response.read())
+            if refusal is not None:
+                raise refusal
 
     async def async_auth_flow(
         self, request: httpx.Request
@@ -59,6 +60,6 @@ class HTTPXAuth(httpx.Auth):
         self._stamp(request)
         response = yield request
         if response.status_code == 409:
-            stale = _stale(409, await response.aread())
-            if stale is not None:
-                raise stale
+            refusal = stale(409, await response.aread())
+            if refusal is not None:
+                raise refusal

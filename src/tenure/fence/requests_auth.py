@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .http import RESOURCE_HEADER, TOKEN_HEADER, HasToken, _headers, _stale
+from ._clients import HasToken, headers, stale
+from .http import RESOURCE_HEADER, TOKEN_HEADER
 
 if TYPE_CHECKING:
     import requests
@@ -38,7 +39,7 @@ class RequestsAuth:
 
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         """Stamp the request, and check its response when it comes (a response hook)."""
-        sent = _headers(self.lease, self.resource, self.token_header, self.resource_header)
+        sent = headers(self.lease, self.resource, self.token_header, self.resource_header)
         request.headers.update(sent)
         request.register_hook("response", _raise_if_stale)
         return request
@@ -46,6 +47,6 @@ class RequestsAuth:
 
 def _raise_if_stale(response: requests.Response, *args: Any, **kwargs: Any) -> None:
     if response.status_code == 409:
-        stale = _stale(409, response.content)
-        if stale is not None:
-            raise stale
+        refusal = stale(409, response.content)
+        if refusal is not None:
+            raise refusal
