@@ -4,6 +4,8 @@ servers: the headers they send, and the fence's 409 turned into StaleToken."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -139,3 +141,22 @@ def test_a_resource_header_that_is_not_utf8_is_400(mode: str) -> None:
             service.url + "/orders", headers={"Tenure-Token": "1", "Tenure-Resource": b"\xff"}
         )
         assert (answer.status_code, answer.text) == (400, "Tenure-Resource header must be UTF-8\n")
+
+
+def test_the_fence_needs_neither_httpx_nor_requests() -> None:
+    code = """
+import sys
+sys.modules["httpx"] = sys.modules["requests"] = None  # not installed
+import tenure.fence
+from tenure.fence import ASGIFence, MemoryKeeper, RequestsAuth, WSGIFence
+ASGIFence(lambda scope, receive, send: None, MemoryKeeper())
+WSGIFence(lambda environ, start_response: [], MemoryKeeper())
+RequestsAuth(1, "orders")  # needs requests' types only to type-check
+try:
+    tenure.fence.HTTPXAuth
+except ImportError:
+    print("HTTPXAuth needs httpx")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "HTTPXAuth needs httpx\n"
