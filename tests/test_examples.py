@@ -41,3 +41,17 @@ def test_decorators_example_does_each_piece_of_work_once() -> None:
     skipped = [line for line in lines if "not run here" in line]
     assert len(skipped) == 6 - 1 - len(rebuilt)
     assert any("the lock is held by server-" in line for line in skipped) or len(rebuilt) == 3
+
+
+def test_lock_state_example_resumes_the_cursor_and_refuses_the_paused_holder() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "lock_state.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[-1] for line in lines[:3]] == ["3", "5", "9"]  # each resumed
+    assert lines[3].startswith("the paused holder's write was refused")
+    assert lines[4] == "cursor now 10"  # not 4: the stale write never landed

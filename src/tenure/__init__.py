@@ -20,6 +20,7 @@ from ._errors import (
 )
 from ._lease import AsyncLease, Lease
 from ._lock import AsyncLock, Lock
+from ._lockstate import AsyncLockState, LockState
 from ._names import LockName, describe
 from ._once import AsyncClaim, AsyncOnce, Claim, Once, SlotRecord
 from ._partitions import (
@@ -46,6 +47,7 @@ __all__ = [
     "AsyncLeadership",
     "AsyncLease",
     "AsyncLock",
+    "AsyncLockState",
     "AsyncMember",
     "AsyncOnce",
     "AsyncPartitionGroup",
@@ -69,6 +71,7 @@ __all__ = [
     "LockDelay",
     "LockInfo",
     "LockName",
+    "LockState",
     "Loss",
     "Member",
     "NotAcquired",

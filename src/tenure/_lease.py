@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ._errors import LeaseLost
+from ._lockstate import AsyncLockState, LockState
 from ._modes import Async, Blocking, io
 from ._session import Listener
 from ._state import Loss
-from .stores._spi import elections_of
+from .stores._spi import elections_of, records_of
 
 if TYPE_CHECKING:
     from ._clock import Clock
@@ -186,6 +187,17 @@ class LeaseBase:
         elections = elections_of(self._keeper.store)
         return await elections.proclaim(self._keeper.handle, *self._held, value)
 
+    async def _write_held(self, key: str, value: str | None) -> None:
+        """Write a record of this grant's state (None: delete it) while the grant is current,
+        by the store's own compare; ``LeaseLost`` (and the lease is lost) if it is not."""
+        self.check()
+        records = records_of(self._keeper.store)
+        if not await records.write_held_record(self._keeper.handle, *self._held, key, value):
+            self._mark_lost(
+                "the store refused a state write: the grant is no longer current", Loss.GONE
+            )
+            self.check()
+
     def holds(self, name: str) -> bool:
         """True if the lock the store holds for this grant is ``name``."""
         return self._held[0] == name
@@ -198,9 +210,21 @@ class LeaseBase:
 class AsyncLease(LeaseBase, Async):
     """A lease of the async API: ``await lease.release()``."""
 
+    @property
+    def state(self) -> AsyncLockState:
+        """The state that travels with the lock (docs/state.md): ``await state.get(key)``,
+        ``items()``, and ``put(key, value)`` / ``delete(key)`` while this grant is current."""
+        return AsyncLockState(self, records_of(self._keeper.store), self._held[0])
+
 
 class Lease(LeaseBase, Blocking):
     """A lease of the sync API: ``lease.release()``; callbacks run on the client's loop thread."""
+
+    @property
+    def state(self) -> LockState:
+        """The state that travels with the lock (docs/state.md): ``state.get(key)``,
+        ``items()``, and ``put(key, value)`` / ``delete(key)`` while this grant is current."""
+        return LockState(self, records_of(self._keeper.store), self._held[0])
 
 
 def end_of_hold(lease: LeaseBase, exc: BaseException | None) -> LeaseLost | None:

@@ -21,11 +21,11 @@ from tenure.fence import (
     Admission,
     ASGIFence,
     AsyncKeeper,
-    AsyncRedisKeeper,
+    AsyncRedisFence,
     AsyncSQLKeeper,
     Keeper,
     MemoryKeeper,
-    RedisKeeper,
+    RedisFence,
     SQLFence,
     SQLKeeper,
     WSGIFence,
@@ -93,19 +93,14 @@ def _reader(connect: Callable[[], Any], fence: SQLFence) -> Callable[[str], int 
 def _redis(endpoint: str) -> Keeping:
     prefix = f"t_{uuid.uuid4().hex}:"
     url = f"redis://{endpoint}/0"
-    reader = redis.Redis.from_url(url)
-
-    def highest(resource: str) -> int | None:
-        found = reader.get(prefix + resource)
-        return None if found is None else int(found)
-
+    reader = RedisFence(redis.Redis.from_url(url), prefix=prefix)
     keeping = Keeping(
         "redis",
-        lambda: RedisKeeper(redis.Redis.from_url(url), prefix),
-        lambda: AsyncRedisKeeper(redis.asyncio.Redis.from_url(url), prefix),
-        highest,
+        lambda: RedisFence(redis.Redis.from_url(url), prefix=prefix),
+        lambda: AsyncRedisFence(redis.asyncio.Redis.from_url(url), prefix=prefix),
+        reader.highest,
     )
-    keeping.closers.append(reader.close)
+    keeping.closers.append(reader.client.close)
     return keeping
 
 

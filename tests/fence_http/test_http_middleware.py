@@ -16,7 +16,7 @@ from tenure import InvalidArgument
 from tenure.fence import (
     Admission,
     ASGIFence,
-    AsyncRedisKeeper,
+    AsyncRedisFence,
     FenceRequest,
     MemoryKeeper,
     WSGIFence,
@@ -206,7 +206,7 @@ def test_bad_arguments_are_refused_at_once() -> None:
         pass
 
     with pytest.raises(InvalidArgument, match="blocking keeper"):
-        WSGIFence(app, AsyncRedisKeeper(redis.asyncio.Redis()))  # type: ignore[arg-type]
+        WSGIFence(app, AsyncRedisFence(redis.asyncio.Redis()))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="methods"):
         ASGIFence(asgi, MemoryKeeper(), methods="POST")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="resource"):
@@ -259,8 +259,9 @@ def test_a_refusal_is_counted_by_tenure_metrics_with_its_keeper(
 ) -> None:
     registry = CollectorRegistry()
     keeper = keeper_for(mode, keeping)
-    # SQLKeeper refuses through its SQLFence; the others in their own name.
-    name = "SQLFence" if "SQL" in type(keeper).__name__ else type(keeper).__name__
+    # SQLKeeper refuses through its SQLFence, AsyncRedisFence as RedisFence.
+    names = {"SQLKeeper": "SQLFence", "AsyncSQLKeeper": "SQLFence", "AsyncRedisFence": "RedisFence"}
+    name = names.get(type(keeper).__name__, type(keeper).__name__)
     with Metrics(registry), serving(mode, keeper) as service:
         assert post(service.url + "/orders", "2").status_code == 200
         assert post(service.url + "/orders", "1").status_code == 409

@@ -17,6 +17,7 @@ from tenure.chaos.checks import (
     OWNERLESS_SLACK,
     check_all,
     check_belief_overlap,
+    check_cursor_regression,
     check_item_overlap,
     check_item_ownerless,
     check_lost_updates,
@@ -841,3 +842,61 @@ def test_rwlock_writes_are_checked_like_a_counter() -> None:
     log = rw_log(("w2", 3, 0, 1.2), ("w1", 2, 0, 2.0), final=1)  # a stale writer's write too
     counts = violations(check_all(runs, log))
     assert counts["lost-update"] == 2 and counts["stale-token"] == 1
+
+
+# --- the state workload's cursor ------------------------------------------------------------
+
+
+def read_ok(t: float, process: str, token: int, value: int) -> list[Event]:
+    return [
+        Event(t, process, "read", "invoke", token=token),
+        Event(t + 0.01, process, "read", "ok", token=token, value=value),
+    ]
+
+
+def advance(t: float, process: str, token: int, old: int) -> list[Event]:
+    return write_ok(t, process, token, old=old, new=old + 1)
+
+
+def cursor(final: int) -> ResourceLog:
+    return ResourceLog("state", [], final)
+
+
+def test_a_cursor_handed_over_in_order_never_goes_back() -> None:
+    runs = history(
+        advance(1.0, "w0", 1, 0), advance(1.1, "w0", 1, 1),
+        read_ok(2.0, "w1", 2, 2), advance(2.1, "w1", 2, 2),
+    )  # fmt: skip
+    assert check_cursor_regression(runs, cursor(3)) == []
+    assert check_lost_updates(runs, cursor(3)) == []
+
+
+def test_an_old_leaders_late_step_is_a_cursor_regression() -> None:
+    runs = history(
+        read_ok(0.9, "w0", 1, 0), advance(1.0, "w0", 1, 0),
+        read_ok(2.0, "w1", 2, 1), advance(2.1, "w1", 2, 1), advance(2.2, "w1", 2, 2),
+        advance(2.5, "w0", 1, 1),  # w0 wakes up and sets 2 after w1's 3 was acknowledged
+    )  # fmt: skip
+    [finding] = check_cursor_regression(runs, cursor(3))
+    assert finding.check == "cursor-regression" and finding.processes == ("w0",)
+    assert "set the cursor to 2" in finding.message and "advance to 3" in finding.message
+
+
+def test_a_read_below_an_acknowledged_advance_is_a_cursor_regression() -> None:
+    runs = history(advance(1.0, "w0", 1, 4), read_ok(2.0, "w1", 2, 3))
+    assert checks(check_cursor_regression(runs, cursor(5))) == ["cursor-regression"]
+
+
+def test_a_read_that_overlaps_an_advance_may_see_either_side() -> None:
+    runs = history(
+        [Event(1.0, "w1", "read", "invoke", token=2)],
+        advance(1.1, "w0", 1, 4),
+        [Event(1.3, "w1", "read", "ok", token=2, value=4)],  # began before the ack of 5
+    )
+    assert check_cursor_regression(runs, cursor(5)) == []
+
+
+def test_a_final_cursor_below_an_acknowledged_advance_is_a_lost_update() -> None:
+    runs = history(advance(1.0, "w0", 1, 6))
+    assert checks(check_lost_updates(runs, cursor(6))) == ["lost-update"]
+    assert check_lost_updates(runs, cursor(7)) == []

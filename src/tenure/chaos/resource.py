@@ -25,7 +25,10 @@ accesses with `SQLFence.admit_write` (`Resource.read_shared`, `read_exclusive`,
 `write_exclusive`); unfenced, both are plain transactions.
 
 The ``guarded`` workload keeps its counter and log in the store itself instead (`guards`): the
-file then only names the workload, and the store's URL is needed to create and read it.
+file then only names the workload, and the store's URL is needed to create and read it. So does
+the ``state`` workload, whose cursor is its leaders' ``lease.state``: the file names the
+workload and the lock; the final cursor is read from the store after the run, and what was
+acknowledged is in the history (no log of the store's own).
 """
 
 from __future__ import annotations
@@ -38,8 +41,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from .._errors import InvalidArgument
+from .._lockstate import space_prefix
+from .._url import open_store
 from ..fence import SQLFence
+from ..stores._spi import records_of
 from .history import Accepted, ResourceLog
 
 if TYPE_CHECKING:
@@ -51,6 +59,8 @@ RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker
 PARTITION = "partition"  # members of a partition group, one fenced counter per item
 SEMAPHORE = "semaphore"  # holders of a semaphore's permits, one fenced counter per slot
 RWLOCK = "rwlock"  # readers and writers of a read-write lock, one counter behind its fence
+STATE = "state"  # leaders advancing a cursor in the election's own state (lease.state)
+CURSOR = "cursor"  # the state workload's key
 PER_ITEM = (PARTITION, SEMAPHORE)  # the workloads whose resource is one counter per item
 COUNTERS = ("counter", RWLOCK)  # the workloads whose resource is one counter, written value+1
 _EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None, RWLOCK: 0}
@@ -95,7 +105,7 @@ def create_resource(
             db.execute("INSERT INTO meta VALUES (?, ?)", (key, json.dumps(value)))
         if workload in PER_ITEM:
             _create_items(db, (settings or {}).get("items", []))
-        elif workload not in (GUARDED, RUN):
+        elif workload not in (GUARDED, RUN, STATE):
             _create_state(db, workload)
     finally:
         db.close()
@@ -250,6 +260,8 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
             key: json.loads(value)
             for key, value in db.execute("SELECT key, value FROM meta WHERE key != 'workload'")
         }
+        if workload == STATE:
+            return ResourceLog(STATE, [], _final_cursor(store_url, settings["lock"]), settings)
         if workload in PER_ITEM:
             final: Any = json.dumps(dict(db.execute("SELECT item, value FROM items ORDER BY item")))
         else:
@@ -262,3 +274,20 @@ def read_resource(path: Path | str, store_url: str | None = None) -> ResourceLog
     accepted = [Accepted(seq, p, token, json.loads(data), t) for seq, p, token, data, t in rows]
     value = json.loads(final)
     return ResourceLog(workload, accepted, sorted(value) if workload == "set" else value, settings)
+
+
+def _final_cursor(store_url: str | None, lock: str) -> int:
+    """The ``state`` workload's cursor as the store keeps it after the run (0: never written)."""
+    if store_url is None:
+        raise InvalidArgument(f"the {STATE} workload keeps its cursor in the store: give its URL")
+
+    async def read() -> str | None:
+        store = open_store(store_url)
+        try:
+            record = await records_of(store).read_record(space_prefix(lock) + CURSOR)
+        finally:
+            await store.aclose()
+        return None if record is None else record.value
+
+    value = anyio.run(read)
+    return int(value or 0)

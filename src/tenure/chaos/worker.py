@@ -86,6 +86,8 @@ class Worker:
             self.workload.setup(self)
         self.clock = ScaledClock(args.clock_rate)
         self.store = StallableStore(open_store(args.store), Path(args.stall_file))
+        # The state workload's positive control: its writes without the store's compare.
+        self.store.unguarded_state = args.unfenced
         label = f"chaos {args.process}"
         store, clock = self.store, self.clock
         lock_delay = args.lock_delay
@@ -104,6 +106,9 @@ class Worker:
             result = action()
         except tenure.StaleToken:
             self.rec.record(f, "fail", token=token, error="stale")
+            raise
+        except tenure.LeaseLost:  # refused by the store itself (lease.state): nothing written
+            self.rec.record(f, "fail", token=token, error="lost")
             raise
         except Exception as exc:
             self.rec.record(f, "info", token=token, error=one_line(exc))
@@ -146,8 +151,8 @@ class Worker:
                 continue
             try:
                 step(self, lease)
-            except tenure.StaleToken:
-                pass  # recorded: the fence refused a stale holder
+            except (tenure.StaleToken, tenure.LeaseLost):
+                pass  # recorded: the fence (or the store) refused a stale holder
             except Exception:
                 time.sleep(0.05)  # recorded as unknown; keep going
             finally:

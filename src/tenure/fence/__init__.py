@@ -5,12 +5,17 @@ guards. Each module here is a fence for one kind of resource (docs/fencing.md li
 
 - ``SQLFence`` (``tenure.fence.sql``): a table in the protected SQL database (sqlite3, psycopg);
   the token is admitted in the same transaction as the write.
+- ``RedisFence`` and ``AsyncRedisFence`` (``tenure.fence.redis``): data kept in Redis; each
+  fenced ``SET``, ``HSET`` or ``XADD`` is one Lua script that checks the token and writes.
+  They take a redis-py client (``pip install 'tenure[redis]'``); importing them does not.
+- ``FileFence`` (``tenure.fence.files``): whole files in a shared directory (Linux, macOS),
+  replaced atomically under an OS lock held by every cooperating writer.
 - ``ASGIFence`` and ``WSGIFence`` (``tenure.fence.http``): middleware in front of an HTTP
   service; the token comes in a request header and is admitted in a keeper
-  (``tenure.fence.keepers``: ``MemoryKeeper``, ``SQLKeeper``, ``RedisKeeper`` and their async
-  twins) before the app sees the request. A stale token is answered 409, and the clients'
-  ``HTTPXAuth`` (httpx) and ``RequestsAuth`` (requests) raise ``StaleToken`` for it
-  (docs/fencing-http.md).
+  (``tenure.fence.keepers``: ``MemoryKeeper``, ``SQLKeeper``, ``AsyncSQLKeeper``; the Redis
+  fences are keepers too) before the app sees the request. A stale token is answered 409,
+  and the clients ``HTTPXAuth`` (httpx) and ``RequestsAuth`` (requests) raise ``StaleToken``
+  for it (docs/fencing-http.md).
 
 Every fence admits an equal token (one lease writes many times), admits and remembers a higher
 one, and refuses a lower one with ``tenure.StaleToken``.
@@ -19,16 +24,10 @@ one, and refuses a lower one with ``tenure.StaleToken``.
 from typing import TYPE_CHECKING, Any
 
 from ._clients import HasToken
+from .files import FileFence
 from .http import Admission, ASGIFence, FenceRequest, WSGIFence, admission, stale_body
-from .keepers import (
-    AsyncKeeper,
-    AsyncRedisKeeper,
-    AsyncSQLKeeper,
-    Keeper,
-    MemoryKeeper,
-    RedisKeeper,
-    SQLKeeper,
-)
+from .keepers import AsyncKeeper, AsyncSQLKeeper, Keeper, MemoryKeeper, SQLKeeper
+from .redis import AsyncRedisFence, RedisFence
 from .sql import DBAPICursor, SQLFence
 
 if TYPE_CHECKING:
@@ -39,15 +38,16 @@ __all__ = [
     "ASGIFence",
     "Admission",
     "AsyncKeeper",
-    "AsyncRedisKeeper",
+    "AsyncRedisFence",
     "AsyncSQLKeeper",
     "DBAPICursor",
     "FenceRequest",
+    "FileFence",
     "HTTPXAuth",
     "HasToken",
     "Keeper",
     "MemoryKeeper",
-    "RedisKeeper",
+    "RedisFence",
     "RequestsAuth",
     "SQLFence",
     "SQLKeeper",

@@ -7,7 +7,8 @@ lower one with ``tenure.StaleToken``, atomically:
 - `MemoryKeeper`: one process; a dict under a lock. Forgets everything when the process ends.
 - `SQLKeeper` / `AsyncSQLKeeper`: `SQLFence`'s table on the service's own sqlite3 or psycopg
   database, one short transaction per admission.
-- `RedisKeeper` / `AsyncRedisKeeper`: one Lua script per admission (compare and raise).
+- ``RedisFence`` / ``AsyncRedisFence`` (``tenure.fence.redis``) are keepers as they are: one Lua
+  script per admission compares and raises. So is ``FileFence`` (``tenure.fence.files``).
 
 A keeper apart from the data only orders *admissions*: a request admitted just before a newer
 holder's request can still write after it. Admitting in the same transaction as the write closes
@@ -26,15 +27,7 @@ from .sql import SQLFence
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = [
-    "AsyncKeeper",
-    "AsyncRedisKeeper",
-    "AsyncSQLKeeper",
-    "Keeper",
-    "MemoryKeeper",
-    "RedisKeeper",
-    "SQLKeeper",
-]
+__all__ = ["AsyncKeeper", "AsyncSQLKeeper", "Keeper", "MemoryKeeper", "SQLKeeper"]
 
 
 class Keeper(Protocol):
@@ -56,7 +49,7 @@ class MemoryKeeper:
     """The highest token per resource in this process's memory: for a service of one process.
 
     Every worker process of a service has its own memory; run one process, or use `SQLKeeper`
-    or `RedisKeeper`. The memory is lost on restart: a stale holder is then admitted once more.
+    or ``RedisFence``. The memory is lost on restart: a stale holder is then admitted once more.
     """
 
     def __init__(self) -> None:
@@ -120,53 +113,3 @@ class AsyncSQLKeeper:
                 pass
         finally:
             await conn.close()
-
-
-# Tokens go up to 2**63-1 but Lua's numbers are doubles, exact only to 2**53: compare them as
-# decimal strings without leading zeros (the longer is higher; of equal length, the later text).
-# Returns nothing when the token is admitted (and set if it is higher), else the highest token.
-_ADMIT = """
-local highest = redis.call('GET', KEYS[1])
-local token = ARGV[1]
-if highest and (#highest > #token or (#highest == #token and highest > token)) then
-  return highest
-end
-redis.call('SET', KEYS[1], token)
-return false
-"""
-
-
-class RedisKeeper:
-    """Admits in Redis (a ``redis.Redis`` client): one Lua script compares the token with the
-    key ``prefix + resource`` and raises it, atomically.
-
-    Redis acknowledges a write before its replicas have it: after a fail-over the new primary may
-    have forgotten the highest tokens and admit a stale holder. Use one instance with
-    ``appendfsync always`` where that matters, or `SQLKeeper`.
-    """
-
-    def __init__(self, client: Any, prefix: str = "tenure:fence:") -> None:
-        self.prefix = prefix
-        self._script = client.register_script(_ADMIT)
-
-    def admit(self, resource: str, token: int) -> None:
-        """See `Keeper.admit`."""
-        check(resource, token)
-        highest = self._script(keys=[self.prefix + resource], args=[str(token)])
-        if highest is not None:
-            raise refused(type(self).__name__, resource, token, int(highest))
-
-
-class AsyncRedisKeeper:
-    """`RedisKeeper` on a ``redis.asyncio.Redis`` client."""
-
-    def __init__(self, client: Any, prefix: str = "tenure:fence:") -> None:
-        self.prefix = prefix
-        self._script = client.register_script(_ADMIT)
-
-    async def admit(self, resource: str, token: int) -> None:
-        """See `AsyncKeeper.admit`."""
-        check(resource, token)
-        highest = await self._script(keys=[self.prefix + resource], args=[str(token)])
-        if highest is not None:
-            raise refused(type(self).__name__, resource, token, int(highest))

@@ -213,6 +213,16 @@ class Records(ABC):
     async def list_records(self, prefix: str) -> list[Record]:
         """Every record whose key starts with ``prefix``, in key order."""
 
+    @abstractmethod
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        """Write ``value`` to the record ``key`` (None: delete it) only if ``session`` still
+        holds ``name`` with ``token``, atomically with that check (the store's own compare: a
+        lock handed over, expired or revoked refuses it) and durably before returning; False if
+        it does not hold it, and then nothing is written. The state that travels with a lock
+        (``lease.state``, docs/state.md): its holder writes, the next holder reads."""
+
 
 class Revocations(ABC):
     """An operator's safe end of one grant (``tenure revoke``, docs/revoke.md): a store that

@@ -10,6 +10,8 @@ async with tenure.AsyncClient(store) as client:
     store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
     store.fail_attempts = True       # lock attempts raise StoreUnavailable (a store too slow)
     store.refuse_proclaims = True    # a leader's term ends at the store as it proclaims
+    store.unguarded_state = True     # lease.state writes skip the store's grant check (a store
+                                     # that does not fence: tenure chaos's positive control)
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class FaultyStore(Store, Elections, Records, Revocations):
         self.refuse_sessions = False
         self.fail_attempts = False
         self.refuse_proclaims = False
+        self.unguarded_state = False
         self.keep_alive_calls = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
@@ -123,6 +126,22 @@ class FaultyStore(Store, Elections, Records, Revocations):
 
     async def list_records(self, prefix: str) -> list[Record]:
         return await records_of(self.inner).list_records(prefix)
+
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        records = records_of(self.inner)
+        if not self.unguarded_state:
+            return await records.write_held_record(session, name, token, key, value)
+        # The write as a store without the compare would make it: over whatever is there now,
+        # whoever holds the lock (``value`` None: an empty record).
+        while True:
+            current = await records.read_record(key)
+            written = await records.write_record(
+                key, value or "", 0 if current is None else current.version
+            )
+            if written is not None:
+                return True
 
     async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:
         return await revocations_of(self.inner).revoke(name, token, record)

@@ -142,6 +142,7 @@ from .partitions import (  # noqa: E402
     ownerless_bound,
 )
 from .semaphores import PERMIT_OVERLAP, check_permit_overlap, permit_windows  # noqa: E402
+from .state import CURSOR_REGRESSION, check_cursor_regression  # noqa: E402
 from .rwlocks import (  # noqa: E402
     WRITER_BESIDE_READER,
     check_writer_beside_reader,
@@ -156,6 +157,7 @@ GATED: tuple[str, ...] = gated()
 __all__ = [
     "BELIEF_OVERLAP",
     "CHECKS",
+    "CURSOR_REGRESSION",
     "DIAGNOSTICS",
     "DUPLICATE_TOKEN",
     "GATED",
@@ -182,6 +184,7 @@ __all__ = [
     "check",
     "check_all",
     "check_belief_overlap",
+    "check_cursor_regression",
     "check_item_overlap",
     "check_item_ownerless",
     "check_lost_updates",

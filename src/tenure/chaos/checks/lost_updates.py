@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..history import Accepted, Event, Finding, ResourceLog
-from ..resource import COUNTERS, PER_ITEM
+from ..resource import COUNTERS, PER_ITEM, STATE
 from . import check
 
 LOST_UPDATE = "lost-update"
@@ -33,6 +33,8 @@ def check_lost_updates(history: Sequence[Event], resource: ResourceLog) -> list[
         return []  # an append-only log, or no shared state: nothing to overwrite
     if resource.workload in PER_ITEM:
         return _item_lost_updates(resource)
+    if resource.workload == STATE:
+        return list(_cursor_final(history, resource))
     raise ValueError(f"unknown workload {resource.workload!r}")
 
 
@@ -136,3 +138,17 @@ def _acknowledged_writes(history: Iterable[Event], key: str) -> Iterator[Event]:
         value = event.value
         if event.f == "write" and event.type == "ok" and isinstance(value, dict) and key in value:
             yield event
+
+
+def _cursor_final(history: Iterable[Event], resource: ResourceLog) -> Iterator[Finding]:
+    """The ``state`` workload: the cursor the store kept is below an acknowledged advance."""
+    acked = [e for e in history if e.f == "write" and e.type == "ok" and isinstance(e.value, dict)]
+    top = max(acked, key=lambda e: e.value["new"], default=None)
+    if top is not None and resource.final < top.value["new"]:
+        yield Finding(
+            LOST_UPDATE,
+            f"the cursor ended at {resource.final}, below the advance to {top.value['new']}"
+            f" acknowledged to {top.process} (token {top.token})",
+            t=top.t,
+            processes=(top.process,),
+        )

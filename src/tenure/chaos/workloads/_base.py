@@ -18,6 +18,7 @@ class Sizes(Protocol):
     """What a workload's resource settings are made from (``runner.Run`` is one)."""
 
     ttl: float
+    lock: str
     items: int
     permits: int
     readers: int

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from .._spi import Record
 from .gateway import JSON, Call
-from .keys import created_at, get_op, modded_at, prefix_end, put_op, range_op, unb64
+from .keys import (
+    created_at,
+    delete_op,
+    get_op,
+    modded_at,
+    prefix_end,
+    put_op,
+    range_op,
+    unb64,
+)
 
 
 class RecordKeys:
@@ -38,6 +47,11 @@ class RecordKeys:
             return None
         # The txn's revision is its put's: the record's new mod revision.
         return Record(key, value, int(answer["header"]["revision"]))
+
+    def op(self, key: str, value: str | None) -> JSON:
+        """The put of record ``key`` (None: its delete), for a transaction of the caller's."""
+        full = self._prefix + key.encode()
+        return delete_op(full) if value is None else put_op(full, value)
 
     async def list(self, prefix: str) -> list[Record]:
         start = self._prefix + prefix.encode()

@@ -588,6 +588,24 @@ class EtcdStore(Store, Elections, Records, Revocations):
     async def list_records(self, prefix: str) -> list[Record]:
         return await self._records.list(prefix)
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        assert isinstance(session, EtcdSession)
+        entry = session.held.get((name, token))
+        if entry is None:
+            return False  # never granted to this session, or released
+        # The compare of proclaim: the holder key is this grant's (created at its token, on
+        # this session's lease); a revoked, expired or handed-over grant fails it.
+        lock = entry[0]
+        compare = [created_at(lock, token), leased_to(lock, session.id)]
+        try:
+            # Safe to send again: while the compare holds, a second put writes the same bytes.
+            answer = await self._txn(compare, [self._records.op(key, value)], [])
+        except LeaseLost:
+            return False
+        return bool(answer.get("succeeded"))
+
     async def aclose(self) -> None:
         await self._gw.aclose()
 

@@ -335,6 +335,27 @@ class PostgresStore(Store, Elections, Records, Revocations):
         row = await self._fetch(query, params)
         return None if row is None else Record(key, value, int(row[0]))
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        """Two statements in one transaction: the name's row locked, then the write if the
+        grant holds (its own snapshot, taken after the lock: nothing handed over unseen)."""
+        assert isinstance(session, PostgresSession)
+        if "\0" in key or (value is not None and "\0" in value):
+            raise InvalidArgument("a record cannot contain NUL characters in PostgreSQL")
+        params = {"id": session.id, "name": name, "token": token, "key": key, "value": value}
+        query = "delete_held_record" if value is None else "put_held_record"
+
+        async def tx(conn: AsyncConnection[Any]) -> bool:
+            # Safe to send again: while the grant holds, a second write writes the same value.
+            async with conn.transaction():
+                await conn.execute(self._q["lock_name"], {"name": name})
+                cur = await conn.execute(self._q[query], params)
+                row = await cur.fetchone()
+            return row is not None and bool(row[0])
+
+        return await self.commands.run(tx)
+
     async def list_records(self, prefix: str) -> list[Record]:
         async def tx(conn: AsyncConnection[Any]) -> list[Record]:
             cur = await conn.execute(self._q["list_records"], {"prefix": prefix})

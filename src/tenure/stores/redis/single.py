@@ -217,6 +217,16 @@ class RedisStore(Store, Elections, Records, Revocations):
             Record(str(flat[i]), str(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)
         ]
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        assert isinstance(session, RedisSession)
+        if (name, token) not in session.held:
+            return False
+        # The check of proclaim and the write in one script; safe to send again while it holds.
+        more = () if value is None else (value,)
+        return bool(await self.instance.call("hput", session.id, name, str(token), key, *more))
+
     # -- revocations -----------------------------------------------------------------------
 
     async def revoke(self, name: str, token: int | None, record: Revocation) -> Revocation | None:

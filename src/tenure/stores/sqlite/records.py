@@ -30,6 +30,18 @@ def write(db: sqlite3.Connection, key: str, value: str, version: int) -> Record 
     return Record(key, value, version + 1) if cur.rowcount == 1 else None
 
 
+def put(db: sqlite3.Connection, key: str, value: str | None) -> None:
+    """In a write transaction: set (or, with None, delete) the record, whatever its version."""
+    if value is None:
+        db.execute("DELETE FROM tenure_records WHERE key = ?", (key,))
+    else:
+        db.execute(
+            "INSERT INTO tenure_records (key, value, version) VALUES (?, ?, 1)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = version + 1",
+            (key, value),
+        )
+
+
 def listed(db: sqlite3.Connection, prefix: str) -> list[Record]:
     rows = db.execute(
         "SELECT key, value, version FROM tenure_records"

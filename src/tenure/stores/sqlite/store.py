@@ -573,6 +573,28 @@ class SQLiteStore(Store, Elections, Records, Revocations):
         with self._errors.on(sqlite3.Error):
             return records.listed(self._db, prefix)
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        assert isinstance(session, SQLiteSession)
+
+        def tx(db: sqlite3.Connection, now: float) -> bool:
+            # The check (this session, alive, with this token) as proclaim makes it, in the
+            # write transaction that writes the record: nobody can take the lock in between.
+            held = db.execute(
+                "SELECT 1 FROM tenure_locks WHERE name = :name AND token = :token"
+                " AND session = :id AND session IN (SELECT id FROM tenure_sessions s WHERE "
+                + LIVE
+                + ")",
+                self._params(now, name=name, token=token, id=session.id),
+            ).fetchone()
+            if held is None:
+                return False
+            records.put(db, key, value)
+            return True
+
+        return await self._transaction(tx)
+
     # -- hand-over -------------------------------------------------------------------------
 
     def _hand_over(self, db: sqlite3.Connection, name: str, now: float) -> int | None:

@@ -3,13 +3,18 @@ the value their data, the version their data version + 1."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import anyio
 
 from ..._values import Record
 from .connections import Connections
+from .session import ZooKeeperSession
 from .transport import kazoo, result
+
+if TYPE_CHECKING:
+    from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
 
 
 async def read_record(conn: Connections, key: str) -> Record | None:
@@ -85,3 +90,47 @@ async def list_records(conn: Connections, prefix: str) -> list[Record]:
         value = bytes(data or b"").decode(errors="replace")
         found.append(Record(key, value, int(stat.version) + 1))
     return found
+
+
+async def write_held(
+    conn: Connections, session: ZooKeeperSession, lock: str, key: str, value: str | None
+) -> bool:
+    """Write (None: delete) record ``key`` in one multi with a check that the session's own
+    lock node ``lock`` still exists; False if it does not (released, revoked, or the session is
+    gone). A multi cannot create-or-set: set first, create if there was no node (and set again
+    if another writer created it meanwhile). Each multi is safe to send again (``settled``)."""
+    k = kazoo()
+    path = conn.paths.record(key)
+    client = session.client
+    await conn.settled(session, lambda: client.ensure_path_async(conn.paths.records))
+    creating = False
+    while True:
+
+        def multi(creating: bool = creating) -> IAsyncResult:
+            txn = client.transaction()
+            txn.check(lock, -1)
+            if value is None:
+                txn.delete(path, -1)
+            elif creating:
+                txn.create(path, value.encode())
+            else:
+                txn.set_data(path, value.encode(), -1)
+            return txn.commit_async()
+
+        try:
+            results = await conn.settled(session, multi)
+        except k.exceptions.NoAuthError:
+            raise conn.denied(conn.paths.records) from None
+        if isinstance(results[0], k.exceptions.NoNodeError):
+            return False  # the lock node is gone: the grant is over
+        failed = results[1] if isinstance(results[1], k.exceptions.KazooException) else None
+        if failed is None:
+            return True
+        if isinstance(failed, k.exceptions.NoNodeError):
+            if value is None:
+                return True  # nothing to delete
+            creating = True
+        elif isinstance(failed, k.exceptions.NodeExistsError):
+            creating = False  # created meanwhile (or by our own earlier try): set it
+        else:
+            raise conn.unavailable(f"writing record {key!r}: {type(failed).__name__}")

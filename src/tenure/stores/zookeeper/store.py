@@ -480,6 +480,18 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
     async def list_records(self, prefix: str) -> list[Record]:
         return await records.list_records(self._conn, prefix)
 
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        assert isinstance(session, ZooKeeperSession)
+        lock = session.held.get((name, token))
+        if lock is None:
+            return False  # never granted to this session, or released
+        try:
+            return await records.write_held(self._conn, session, lock, key, value)
+        except Gone:
+            return False
+
     async def aclose(self) -> None:
         await self._conn.aclose()
 

@@ -142,8 +142,7 @@ class MemoryStore(Store, Elections, Records, Revocations):
     async def release(self, session: Session, name: str, token: int) -> None:
         assert isinstance(session, MemorySession)
         with self._space.changing() as now:  # an expired session's names were swept
-            held = self._space.locks.get(name)
-            if held is not None and (held.session, held.token) == (session.id, token):
+            if self._holds(session, name, token):
                 self._space.free(name, now)
 
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
@@ -166,10 +165,9 @@ class MemoryStore(Store, Elections, Records, Revocations):
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
         assert isinstance(session, MemorySession)
         with self._space.changing() as now:
-            held = self._space.locks.get(name)
-            if held is None or (held.session, held.token) != (session.id, token):
+            if not self._holds(session, name, token):
                 return False
-            held.value = value
+            self._space.locks[name].value = value
             self._space.changed(name, now)
             return True
 
@@ -212,6 +210,24 @@ class MemoryStore(Store, Elections, Records, Revocations):
         with self._space.changing():
             found = [r for k, r in self._space.records.items() if k.startswith(prefix)]
         return sorted(found, key=lambda record: record.key)
+
+    async def write_held_record(
+        self, session: Session, name: str, token: int, key: str, value: str | None
+    ) -> bool:
+        assert isinstance(session, MemorySession)
+        with self._space.changing():
+            if not self._holds(session, name, token):
+                return False
+            current = self._space.records.pop(key, None)
+            if value is not None:
+                version = current.version + 1 if current is not None else 1
+                self._space.records[key] = Record(key, value, version)
+            return True
+
+    def _holds(self, session: MemorySession, name: str, token: int) -> bool:
+        """Inside ``changing()``: the session holds ``name`` with ``token`` now."""
+        held = self._space.locks.get(name)
+        return held is not None and (held.session, held.token) == (session.id, token)
 
 
 class MemoryWatch(Watch):

@@ -111,3 +111,29 @@ SELECT name, token, host, pid, label, usr, at, reason, at_once,
 SELECT name, token, host, pid, label, usr, at, reason, at_once,
  greatest(0, extract(epoch FROM free_at - clock_timestamp()))::float8
  FROM {s}.revocations WHERE name = %(name)s AND token = %(token)s
+
+-- name: lock_name
+-- The name's row, locked as every change of the name locks it (see proclaim): no grant of the
+-- name commits between this and the end of the transaction, and the next statement's snapshot
+-- sees every grant committed before.
+SELECT 1 FROM {s}.tokens WHERE name = %(name)s FOR UPDATE
+
+-- name: put_held_record
+-- Write the record only if session id, alive, holds name with token; a row back: written.
+WITH held AS (
+ SELECT 1 FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session
+  WHERE l.name = %(name)s AND l.token = %(token)s AND l.session = %(id)s
+    AND s.expires > clock_timestamp())
+INSERT INTO {s}.records AS r (key, value, version) SELECT %(key)s, %(value)s, 1 FROM held
+ ON CONFLICT (key) DO UPDATE SET value = excluded.value, version = r.version + 1,
+ request = NULL
+ RETURNING 1
+
+-- name: delete_held_record
+-- Delete the record only if session id, alive, holds name with token; true: it held.
+WITH held AS (
+ SELECT 1 FROM {s}.locks l JOIN {s}.sessions s ON s.id = l.session
+  WHERE l.name = %(name)s AND l.token = %(token)s AND l.session = %(id)s
+    AND s.expires > clock_timestamp()),
+ gone AS (DELETE FROM {s}.records WHERE key = %(key)s AND EXISTS (SELECT 1 FROM held))
+SELECT EXISTS (SELECT 1 FROM held)

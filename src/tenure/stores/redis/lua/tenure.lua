@@ -271,6 +271,22 @@ elseif op == 'rput' then  -- key value version wid: write if at version (0: abse
   redis.call('zadd', P .. ':records', 0, ARGV[3])
   return v
 
+elseif op == 'hput' then  -- sid name token key [value]: write (no value: delete) if held
+  local sid, name = ARGV[3], ARGV[4]
+  local h = redis.call('hmget', key('l', name), 's', 't')
+  if h[1] ~= sid or h[2] ~= ARGV[5] or not alive(sid) then return 0 end
+  local k = key('r', ARGV[6])
+  if ARGV[7] then
+    local v = (tonumber(redis.call('hget', k, 'version')) or 0) + 1
+    redis.call('hset', k, 'value', ARGV[7], 'version', v)
+    redis.call('hdel', k, 'wid')
+    redis.call('zadd', P .. ':records', 0, ARGV[6])
+  else
+    redis.call('del', k)
+    redis.call('zrem', P .. ':records', ARGV[6])
+  end
+  return 1
+
 elseif op == 'rlist' then  -- prefix: key, value, version of each record, in key order
   local out = {}
   for _, k in ipairs(redis.call('zrangebylex', P .. ':records', '[' .. ARGV[3],
