@@ -21,6 +21,7 @@ import anyio
 from ._clock import REAL_CLOCK, Clock
 from ._election import AsyncElection, Election
 from ._errors import InvalidArgument
+from ._idempotent import AsyncIdempotent, Idempotent
 from ._lock import AsyncLock, Lock
 from ._loop_thread import LoopThread
 from ._modes import Async, io, maker
@@ -90,6 +91,7 @@ class ClientBase:
     rwlock = maker(RWLock, AsyncRWLock)
     election = maker(Election, AsyncElection)
     once = maker(Once, AsyncOnce)
+    idempotent = maker(Idempotent, AsyncIdempotent)
     partitions = maker(PartitionGroup, AsyncPartitionGroup)
 
     # -- what the store holds now ----------------------------------------------------------

@@ -188,11 +188,9 @@ def check_policy(policy: object) -> Policy:
 L = TypeVar("L", bound=LeaseBase)
 
 
-class ClaimBase(Generic[L]):
-    """The outcome of asking to run a slot. True (``claimed``) if this process is to run it: then
-    ``lease`` is held, ``token`` and ``attempt`` are set, and ``complete`` records the end.
-    Otherwise ``state`` says why not: ``done`` or ``failed`` (the slot is over) or ``running``
-    (another runner holds it), and ``record`` is the slot's record (None if there is none yet)."""
+class ClaimCore(Generic[L]):
+    """What every claim of a record has (a slot's `ClaimBase`, an idempotency key's): its
+    state, record and lease; recording an end at the version of its own claim; abandoning it."""
 
     lease_class: type[L]
     record_class: ClassVar[type[SlotRecord]] = SlotRecord
@@ -237,17 +235,6 @@ class ClaimBase(Generic[L]):
         """Which attempt at the slot this is, from 1 (0 if none)."""
         return self.record.attempts if self.record else 0
 
-    async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
-        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
-        ``error``, else ``failed``) and release the slot's lock.
-
-        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
-        record was claimed again since (the write is refused: the version moved on)."""
-        state: SlotState = "done" if exit_code == 0 and error is None else "failed"
-        return await self._end(state, time.time(), exit_code=exit_code, error=error)
-
-    complete = io(_complete)
-
     async def _end(self, state: SlotState, ended: float, **fields: Any) -> SlotRecord:
         """Record the end ``state`` at wall-clock time ``ended``, with ``fields`` of the record
         set, at the version of this claim's own write; release the lock (see `complete`)."""
@@ -282,6 +269,24 @@ class ClaimBase(Generic[L]):
         await self._abandon()
 
 
+class ClaimBase(ClaimCore[L]):
+    """The outcome of asking to run a slot. True (``claimed``) if this process is to run it: then
+    ``lease`` is held, ``token`` and ``attempt`` are set, and ``complete`` records the end.
+    Otherwise ``state`` says why not: ``done`` or ``failed`` (the slot is over) or ``running``
+    (another runner holds it), and ``record`` is the slot's record (None if there is none yet)."""
+
+    async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
+        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
+        ``error``, else ``failed``) and release the slot's lock.
+
+        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
+        record was claimed again since (the write is refused: the version moved on)."""
+        state: SlotState = "done" if exit_code == 0 and error is None else "failed"
+        return await self._end(state, time.time(), exit_code=exit_code, error=error)
+
+    complete = io(_complete)
+
+
 class AsyncClaim(ClaimBase[AsyncLease], Async):
     """A claim of the async API: ``await claim.complete()``."""
 
@@ -295,6 +300,7 @@ class Claim(ClaimBase[Lease], Blocking):
 
 
 C = TypeVar("C", bound=ClaimBase[Any])
+K = TypeVar("K", bound=ClaimCore[Any])
 
 
 async def claim(
@@ -306,9 +312,9 @@ async def claim(
     policy: Policy,
     wait: bool,
     timeout: float | None,
-    make: type[C],
+    make: type[K],
     fields: Mapping[str, Any] = NO_FIELDS,
-) -> C:
+) -> K:
     """Hold the slot's lock, then claim the slot's record if it is not over (see module doc);
     ``fields``: what the claim asks for besides the slot, written into its record."""
     kind = make.record_class
@@ -349,10 +355,10 @@ async def _claim_held(
     slot: str,
     lease: LeaseBase,
     policy: Policy,
-    claim: Callable[..., C],
+    claim: Callable[..., K],
     kind: type[SlotRecord],
     fields: Mapping[str, Any],
-) -> C:
+) -> K:
     found = await store.read_record(key)
     before = kind.from_record(found) if found else None
     version = found.version if found else 0
