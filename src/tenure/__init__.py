@@ -39,6 +39,7 @@ from ._semaphore import AsyncPermit, AsyncSemaphore, Permit, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Loss, Timing
 from ._sync import Client, connect
 from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
+from ._versioned import AsyncVersioned, Versioned
 
 __all__ = [
     "DEFAULT_DRIFT",
@@ -61,6 +62,7 @@ __all__ = [
     "AsyncRWLock",
     "AsyncRWSide",
     "AsyncSemaphore",
+    "AsyncVersioned",
     "Capabilities",
     "Claim",
     "Client",
@@ -100,6 +102,7 @@ __all__ = [
     "StoreUnavailable",
     "TenureError",
     "Timing",
+    "Versioned",
     "WriteConflict",
     "connect",
     "connect_async",

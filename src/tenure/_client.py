@@ -34,6 +34,7 @@ from ._rwlock import AsyncRWLock, RWLock
 from ._semaphore import AsyncSemaphore, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
+from ._versioned import AsyncVersioned, Versioned
 from .stores._spi import Store, revocations_of
 
 
@@ -92,6 +93,7 @@ class ClientBase:
     election = maker(Election, AsyncElection)
     once = maker(Once, AsyncOnce)
     idempotent = maker(Idempotent, AsyncIdempotent)
+    versioned = maker(Versioned, AsyncVersioned)
     partitions = maker(PartitionGroup, AsyncPartitionGroup)
 
     # -- what the store holds now ----------------------------------------------------------

@@ -68,6 +68,15 @@ def fingerprint(*request: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def seconds(what: str, value: object, *, positive: bool) -> float:
+    """``value`` as a finite number of seconds, more than 0 (``positive``) or 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{what} must be a number of seconds, got {value!r}")
+    if not (value > 0 if positive else value >= 0) or value == float("inf"):
+        raise InvalidArgument(f"{what} must be {'more than 0' if positive else '0 or more'} s")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class KeyRecord(SlotRecord):
     """What the store records of one idempotency key: its ``job`` is the scope and its
@@ -189,10 +198,7 @@ class IdempotentHandle(Handle[K]):
         stored result is replayed. ``wait`` (default True): a claim that finds the key running
         elsewhere waits for it, then replays its result."""
         check_arguments(scope, ttl, timeout, pool.drift, pool.margin)
-        if isinstance(retention, bool) or not isinstance(retention, (int, float)):
-            raise InvalidArgument(f"retention must be a number of seconds, got {retention!r}")
-        if not 0 <= retention < float("inf"):
-            raise InvalidArgument(f"retention must be 0 or more seconds, got {retention!r}")
+        seconds("retention", retention, positive=False)
         if isinstance(key, str):
             KeyRecord.key_of(scope, key)
         elif not callable(key):

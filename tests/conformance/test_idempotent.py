@@ -8,8 +8,15 @@ import anyio
 import pytest
 
 import tenure
-from tenure import AsyncClient, InvalidArgument, KeyRecord, KeyReused, LeaseLost, Skipped
-from tenure import StaleToken
+from tenure import (
+    AsyncClient,
+    InvalidArgument,
+    KeyRecord,
+    KeyReused,
+    LeaseLost,
+    Skipped,
+    StaleToken,
+)
 from tenure._url import open_store
 from tenure.testing import FaultyStore, ManualClock
 
