@@ -68,3 +68,12 @@ def test_a_card_is_charged_once_per_order(back_end: str) -> None:
     assert first.split(": ")[1] == second.split(": ")[1]  # the retry got the first answer
     assert refused.endswith("refused (KeyReused)")
     assert lines[-1] == "the card was charged 2 times for 2 orders"
+
+
+def test_the_pages_example_runs_as_written(tmp_path: Path) -> None:
+    page = (Path(__file__).parents[1] / "docs" / "no-lock.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    env = {**os.environ, "TENURE_STORE": f"sqlite:///{tmp_path}/docs.db"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "{'charge': 'ch_2'}\n"
