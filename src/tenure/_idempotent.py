@@ -38,11 +38,11 @@ import anyio
 from ._arguments import check_arguments
 from ._decorators import P, R, Skipped, check_kind, giving, not_run
 from ._errors import InvalidArgument, KeyReused
-from ._handles import AsyncHandle, Handle, SyncHandle
+from ._handles import AsyncHandle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._modes import Async, Blocking, io
 from ._names import reserve
-from ._once import ClaimCore, SlotRecord, check_slot, claim
+from ._once import ClaimCore, ClaimHandle, SlotRecord, check_slot, claim
 from ._state import DEFAULT_TTL
 
 if TYPE_CHECKING:
@@ -172,10 +172,9 @@ H = TypeVar("H", bound="IdempotentHandle[Any]")
 Key = str | Callable[..., str]
 
 
-class IdempotentHandle(Handle[K]):
+class IdempotentHandle(ClaimHandle[K]):
     """One idempotency key of a scope: its request runs once, and its result is replayed."""
 
-    given_as = "claim"
     kind = "idempotency"
     _claim: type[K]
 
@@ -238,15 +237,6 @@ class IdempotentHandle(Handle[K]):
         )  # fmt: skip
         taken.retention = self.retention
         return taken
-
-    def lease_of(self, grant: K) -> LeaseBase | None:
-        return grant.lease if grant else None
-
-    def _over(self, grant: K) -> bool:
-        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
-
-    async def _hand_back(self, grant: K) -> None:
-        await grant._abandon()
 
     async def _leave_block(self, grant: K, exc: BaseException | None) -> None:
         """A block left normally stores None unless the body stored a result itself; a body

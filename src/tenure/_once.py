@@ -413,10 +413,25 @@ async def jobs(store: Store) -> list[str]:
     return sorted({split_key(r.key)[0] for r in found if is_slot_key(r.key)})
 
 
-class OnceHandle(Handle[C]):
-    """A job's slot, run once: by one runner of many, and not again once it is over."""
+class ClaimHandle(Handle[K]):
+    """What a handle whose grant is a claim has (a slot's, an idempotency key's): a falsy
+    claim holds no lease, and giving one back abandons it."""
 
     given_as = "claim"
+
+    def lease_of(self, grant: K) -> LeaseBase | None:
+        return grant.lease if grant else None
+
+    def _over(self, grant: K) -> bool:
+        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
+
+    async def _hand_back(self, grant: K) -> None:
+        await grant._abandon()
+
+
+class OnceHandle(ClaimHandle[C]):
+    """A job's slot, run once: by one runner of many, and not again once it is over."""
+
     kind = "once"
     _claim: type[C]
 
@@ -456,15 +471,6 @@ class OnceHandle(Handle[C]):
         if _observe.listeners:
             _observe.slot(self.job, taken.state)
         return taken
-
-    def lease_of(self, grant: C) -> LeaseBase | None:
-        return grant.lease if grant else None
-
-    def _over(self, grant: C) -> bool:
-        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
-
-    async def _hand_back(self, grant: C) -> None:
-        await grant._abandon()
 
     async def _leave_block(self, grant: C, exc: BaseException | None) -> None:
         if not grant:
