@@ -185,9 +185,10 @@ def test_the_outside_link_checks_bite(tmp_path: Path) -> None:
 
 
 def public_modules() -> list[ModuleType]:
-    """tenure, tenure.fence, tenure.metrics, tenure.testing and every store package (found on
-    disk)."""
-    names = ["tenure", "tenure.fence", "tenure.metrics", "tenure.testing"]
+    """tenure, tenure.fence, tenure.idempotency, tenure.metrics, tenure.optimistic,
+    tenure.testing and every store package (found on disk)."""
+    names = ["tenure", "tenure.fence", "tenure.idempotency", "tenure.metrics", "tenure.optimistic"]
+    names += ["tenure.testing"]
     stores = Path(tenure.__file__).parent / "stores"
     names += [
         f"tenure.stores.{found.name}"

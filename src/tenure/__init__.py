@@ -2,7 +2,7 @@
 
 Start with ``tenure.connect()`` (sync) or ``tenure.connect_async()`` (async); see README.md and
 docs/index.md. A client makes a handle per primitive — ``lock``, ``semaphore``, ``rwlock``,
-``election``, ``once``, ``partitions`` — with the same verbs on each: ``acquire()``,
+``election``, ``once``, ``idempotent``, ``partitions`` — with the same verbs on each: ``acquire()``,
 ``release()``, a ``with`` / ``async with`` block and ``@handle`` on a function.
 """
 
@@ -12,12 +12,15 @@ from ._decorators import Skipped
 from ._election import AsyncElection, AsyncLeadership, Election, Leader, Leadership
 from ._errors import (
     InvalidArgument,
+    KeyReused,
     LeaseLost,
     NotAcquired,
     StaleToken,
     StoreUnavailable,
     TenureError,
+    WriteConflict,
 )
+from ._idempotent import AsyncIdempotent, AsyncKeyClaim, Idempotent, KeyClaim, KeyRecord
 from ._lease import AsyncLease, Lease
 from ._lock import AsyncLock, Lock
 from ._lockstate import AsyncLockState, LockState
@@ -36,6 +39,7 @@ from ._semaphore import AsyncPermit, AsyncSemaphore, Permit, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, DEFAULT_TTL, Loss, Timing
 from ._sync import Client, connect
 from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
+from ._versioned import AsyncVersioned, Versioned
 
 __all__ = [
     "DEFAULT_DRIFT",
@@ -44,6 +48,8 @@ __all__ = [
     "AsyncClaim",
     "AsyncClient",
     "AsyncElection",
+    "AsyncIdempotent",
+    "AsyncKeyClaim",
     "AsyncLeadership",
     "AsyncLease",
     "AsyncLock",
@@ -56,13 +62,18 @@ __all__ = [
     "AsyncRWLock",
     "AsyncRWSide",
     "AsyncSemaphore",
+    "AsyncVersioned",
     "Capabilities",
     "Claim",
     "Client",
     "Clock",
     "Election",
     "Holder",
+    "Idempotent",
     "InvalidArgument",
+    "KeyClaim",
+    "KeyRecord",
+    "KeyReused",
     "Leader",
     "Leadership",
     "Lease",
@@ -91,6 +102,8 @@ __all__ = [
     "StoreUnavailable",
     "TenureError",
     "Timing",
+    "Versioned",
+    "WriteConflict",
     "connect",
     "connect_async",
     "describe",

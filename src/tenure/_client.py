@@ -21,6 +21,7 @@ import anyio
 from ._clock import REAL_CLOCK, Clock
 from ._election import AsyncElection, Election
 from ._errors import InvalidArgument
+from ._idempotent import AsyncIdempotent, Idempotent
 from ._lock import AsyncLock, Lock
 from ._loop_thread import LoopThread
 from ._modes import Async, io, maker
@@ -33,6 +34,7 @@ from ._rwlock import AsyncRWLock, RWLock
 from ._semaphore import AsyncSemaphore, Semaphore
 from ._state import DEFAULT_DRIFT, DEFAULT_MARGIN, Timing
 from ._values import Capabilities, Holder, LockDelay, LockInfo, Revocation
+from ._versioned import AsyncVersioned, Versioned
 from .stores._spi import Store, revocations_of
 
 
@@ -90,6 +92,8 @@ class ClientBase:
     rwlock = maker(RWLock, AsyncRWLock)
     election = maker(Election, AsyncElection)
     once = maker(Once, AsyncOnce)
+    idempotent = maker(Idempotent, AsyncIdempotent)
+    versioned = maker(Versioned, AsyncVersioned)
     partitions = maker(PartitionGroup, AsyncPartitionGroup)
 
     # -- what the store holds now ----------------------------------------------------------

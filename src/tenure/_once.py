@@ -15,6 +15,11 @@ the version moved on. A runner that knows its lease is lost does not record at a
 Delivery: at-least-once (the default) re-runs a slot found "running" — its runner died or lost
 its lease before recording completion, since the new claimant holds the lock now — as attempt
 n+1. At-most-once never starts a slot twice: a claimant that finds it "running" marks it failed.
+
+Idempotency keys (``tenure._idempotent``) are this same machinery with another kind of record:
+a subclass of `SlotRecord` says where its records and locks are (``record_prefix``,
+``lock_prefix``), when a record is over (`SlotRecord.over`: a stored result that has expired is
+not) and which claims it refuses (`SlotRecord.admit`: another request's fingerprint).
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 from urllib.parse import quote, unquote
 
 import anyio
@@ -55,11 +60,18 @@ SlotState = Literal["running", "done", "failed"]
 LOCK_PREFIX = "once:"
 reserve(LOCK_PREFIX, "once", "once-per-slot jobs")
 FINAL = ("done", "failed")
+NO_FIELDS: Mapping[str, Any] = {}
 
 
 @dataclass(frozen=True)
 class SlotRecord:
     """What the store records of one slot of a job."""
+
+    record_prefix: ClassVar[str] = ""
+    """Where this kind of record's keys start among the store's records (a slot's: anywhere,
+    its job percent-encoded; another kind's: a prefix with a colon no slot key has)."""
+    lock_prefix: ClassVar[str] = LOCK_PREFIX
+    """Where the locks of this kind of record's runners are among the lock names."""
 
     job: str
     slot: str
@@ -86,7 +98,7 @@ class SlotRecord:
     def lock(self) -> str:
         """The name of the lock a runner of this slot holds while it runs: a slot ``running``
         whose lock nobody holds has no live runner (it died, or lost its lease)."""
-        return LOCK_PREFIX + record_key(self.job, self.slot)
+        return type(self).lock_of(self.job, self.slot)
 
     @property
     def duration(self) -> float | None:
@@ -102,7 +114,7 @@ class SlotRecord:
     @classmethod
     def from_record(cls, record: Record) -> SlotRecord:
         """The slot record a store record holds (``InvalidArgument`` if not written by tenure)."""
-        job, slot = split_key(record.key)
+        job, slot = split_key(record.key.removeprefix(cls.record_prefix))
         try:
             return cls(job=job, slot=slot, **json.loads(record.value))
         except (ValueError, TypeError) as exc:
@@ -110,15 +122,40 @@ class SlotRecord:
                 f"record {record.key!r} was not written by tenure: {exc}"
             ) from None
 
+    @classmethod
+    def key_of(cls, job: str, slot: str) -> str:
+        """``<prefix><job, percent-encoded>/<slot>``: no job's records fall under another
+        job's prefix."""
+        check_name(job)
+        check_slot(slot)
+        key = f"{quote(job, safe='')}/{slot}"
+        if len(key.encode()) + len(cls.lock_prefix) > MAX_NAME_BYTES:
+            raise InvalidArgument(f"job name and slot key are too long together: {key[:40]!r}…")
+        return cls.record_prefix + key
+
+    @classmethod
+    def lock_of(cls, job: str, slot: str) -> str:
+        """The lock a runner of the slot holds: the record's key under ``lock_prefix``."""
+        return cls.lock_prefix + cls.key_of(job, slot)[len(cls.record_prefix) :]
+
+    def over(self) -> bool:
+        """Whether the slot needs no runner any more: it is done or failed."""
+        return self.state in FINAL
+
+    def admit(self, fields: Mapping[str, Any]) -> None:
+        """Refuse (raise) a claim that asks with ``fields`` for something other than what this
+        record was made for; a slot's claim asks for nothing more."""
+
 
 def record_key(job: str, slot: str) -> str:
-    """``<job, percent-encoded>/<slot>``: no job's records fall under another job's prefix."""
-    check_name(job)
-    check_slot(slot)
-    key = f"{quote(job, safe='')}/{slot}"
-    if len(key.encode()) + len(LOCK_PREFIX) > MAX_NAME_BYTES:
-        raise InvalidArgument(f"job name and slot key are too long together: {key[:40]!r}…")
-    return key
+    """A slot's record key: ``<job, percent-encoded>/<slot>``."""
+    return SlotRecord.key_of(job, slot)
+
+
+def is_slot_key(key: str) -> bool:
+    """Whether ``key`` is a slot's record (not ``lease.state``'s, an idempotency key's...):
+    the others' keys have a colon before their first slash, a slot's job is percent-encoded."""
+    return ":" not in key.partition("/")[0]
 
 
 def job_prefix(job: str) -> str:
@@ -151,13 +188,12 @@ def check_policy(policy: object) -> Policy:
 L = TypeVar("L", bound=LeaseBase)
 
 
-class ClaimBase(Generic[L]):
-    """The outcome of asking to run a slot. True (``claimed``) if this process is to run it: then
-    ``lease`` is held, ``token`` and ``attempt`` are set, and ``complete`` records the end.
-    Otherwise ``state`` says why not: ``done`` or ``failed`` (the slot is over) or ``running``
-    (another runner holds it), and ``record`` is the slot's record (None if there is none yet)."""
+class ClaimCore(Generic[L]):
+    """What every claim of a record has (a slot's `ClaimBase`, an idempotency key's): its
+    state, record and lease; recording an end at the version of its own claim; abandoning it."""
 
     lease_class: type[L]
+    record_class: ClassVar[type[SlotRecord]] = SlotRecord
 
     def __init__(
         self,
@@ -199,28 +235,19 @@ class ClaimBase(Generic[L]):
         """Which attempt at the slot this is, from 1 (0 if none)."""
         return self.record.attempts if self.record else 0
 
-    async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
-        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
-        ``error``, else ``failed``) and release the slot's lock.
-
-        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
-        record was claimed again since (the write is refused: the version moved on)."""
+    async def _end(self, state: SlotState, ended: float, **fields: Any) -> SlotRecord:
+        """Record the end ``state`` at wall-clock time ``ended``, with ``fields`` of the record
+        set, at the version of this claim's own write; release the lock (see `complete`)."""
         if self.state != "claimed" or self.record is None or self.lease is None:
             raise InvalidArgument(f"this slot was not claimed here ({self.state})")
-        lease, self.state = self.lease, "done" if exit_code == 0 and error is None else "failed"
+        lease, self.state = self.lease, state
         try:
             lease.check()
-            end = replace(
-                self.record,
-                state=self.state,
-                ended=time.time(),
-                exit_code=exit_code,
-                error=error,
-            )
+            end = replace(self.record, state=state, ended=ended, **fields)
             written = await self._records.write_record(self._key, end.to_json(), self._version)
             if written is None:
                 now = await self._records.read_record(self._key)
-                highest = SlotRecord.from_record(now).token if now else self.record.token
+                highest = self.record_class.from_record(now).token if now else self.record.token
                 raise StaleToken(
                     f"{self.record.job}/{self.record.slot}", self.record.token, highest
                 )
@@ -231,8 +258,6 @@ class ClaimBase(Generic[L]):
         finally:
             await lease._release()
 
-    complete = io(_complete)
-
     async def _abandon(self) -> None:
         """Release the lock without recording an end: at-least-once runs the slot again."""
         if self.lease is not None:
@@ -242,6 +267,24 @@ class ClaimBase(Generic[L]):
 
     async def _give_back(self) -> None:
         await self._abandon()
+
+
+class ClaimBase(ClaimCore[L]):
+    """The outcome of asking to run a slot. True (``claimed``) if this process is to run it: then
+    ``lease`` is held, ``token`` and ``attempt`` are set, and ``complete`` records the end.
+    Otherwise ``state`` says why not: ``done`` or ``failed`` (the slot is over) or ``running``
+    (another runner holds it), and ``record`` is the slot's record (None if there is none yet)."""
+
+    async def _complete(self, exit_code: int = 0, error: str | None = None) -> SlotRecord:
+        """Record the end of this attempt (``done`` if ``exit_code`` is 0 and there is no
+        ``error``, else ``failed``) and release the slot's lock.
+
+        Raises ``LeaseLost`` (nothing recorded) if the lease was lost, and ``StaleToken`` if the
+        record was claimed again since (the write is refused: the version moved on)."""
+        state: SlotState = "done" if exit_code == 0 and error is None else "failed"
+        return await self._end(state, time.time(), exit_code=exit_code, error=error)
+
+    complete = io(_complete)
 
 
 class AsyncClaim(ClaimBase[AsyncLease], Async):
@@ -257,6 +300,7 @@ class Claim(ClaimBase[Lease], Blocking):
 
 
 C = TypeVar("C", bound=ClaimBase[Any])
+K = TypeVar("K", bound=ClaimCore[Any])
 
 
 async def claim(
@@ -268,29 +312,36 @@ async def claim(
     policy: Policy,
     wait: bool,
     timeout: float | None,
-    make: type[C],
-) -> C:
-    """Hold the slot's lock, then claim the slot's record if it is not over (see module doc)."""
-    key = record_key(job, slot)
+    make: type[K],
+    fields: Mapping[str, Any] = NO_FIELDS,
+) -> K:
+    """Hold the slot's lock, then claim the slot's record if it is not over (see module doc);
+    ``fields``: what the claim asks for besides the slot, written into its record."""
+    kind = make.record_class
+    key = kind.key_of(job, slot)
     check_policy(policy)
     store = records_of(pool.store)
-    lock = LOCK_PREFIX + key
+    lock = kind.lock_of(job, slot)
     timeout = check_arguments(lock, ttl, timeout, pool.drift, pool.margin)
     found = await store.read_record(key)
-    seen = SlotRecord.from_record(found) if found else None
+    seen = kind.from_record(found) if found else None
     claim = functools.partial(make, pool.portal, store, key)
-    if seen is not None and seen.state in FINAL:  # over: no lock needed
-        return claim(seen.state, seen)
+    if seen is not None:
+        seen.admit(fields)
+        if seen.over():  # no lock needed
+            return claim(seen.state, seen)
     try:
         lease: LeaseBase = await acquire(
             pool, lock, ttl, wait=wait, timeout=timeout, on_wait=None, make=make.lease_class
         )
     except NotAcquired:
         now = await store.read_record(key)
-        current = SlotRecord.from_record(now) if now else None
-        return claim(current.state if current else "running", current)
+        current = kind.from_record(now) if now else None
+        return claim(current.state if current and current.over() else "running", current)
     try:
-        return await _claim_held(store, pool.holder, key, job, slot, lease, policy, claim)
+        return await _claim_held(
+            store, pool.holder, key, job, slot, lease, policy, claim, kind, fields
+        )
     except BaseException:
         await lease._release()
         raise
@@ -304,14 +355,18 @@ async def _claim_held(
     slot: str,
     lease: LeaseBase,
     policy: Policy,
-    claim: Callable[..., C],
-) -> C:
+    claim: Callable[..., K],
+    kind: type[SlotRecord],
+    fields: Mapping[str, Any],
+) -> K:
     found = await store.read_record(key)
-    before = SlotRecord.from_record(found) if found else None
+    before = kind.from_record(found) if found else None
     version = found.version if found else 0
-    if before is not None and before.state in FINAL:
-        await lease._release()
-        return claim(before.state, before)
+    if before is not None:
+        before.admit(fields)  # raises: the lock is released by the caller
+        if before.over():
+            await lease._release()
+            return claim(before.state, before)
     if before is not None and policy == "at-most-once":
         # Its runner lost the lock without recording an end: it may have done part of the work.
         failed = replace(
@@ -327,7 +382,7 @@ async def _claim_held(
             raise LeaseLost(f"slot {job}/{slot}: the record changed while this process held it")
         return claim("failed", failed)
     lease.check()
-    mine = SlotRecord(
+    mine = kind(
         job=job,
         slot=slot,
         state="running",
@@ -338,6 +393,7 @@ async def _claim_held(
         label=owner.label,
         started=time.time(),
         policy=policy,
+        **fields,
     )
     written = await store.write_record(key, mine.to_json(), version)
     if written is None:
@@ -348,19 +404,34 @@ async def _claim_held(
 async def history(store: Store, job: str | None) -> list[SlotRecord]:
     """Every recorded slot of ``job`` (None: of every job), in record-key order."""
     found = await records_of(store).list_records("" if job is None else job_prefix(job))
-    return [SlotRecord.from_record(r) for r in found]
+    return [SlotRecord.from_record(r) for r in found if is_slot_key(r.key)]
 
 
 async def jobs(store: Store) -> list[str]:
     """The jobs that have at least one recorded slot, sorted by name."""
     found = await records_of(store).list_records("")
-    return sorted({split_key(r.key)[0] for r in found})
+    return sorted({split_key(r.key)[0] for r in found if is_slot_key(r.key)})
 
 
-class OnceHandle(Handle[C]):
-    """A job's slot, run once: by one runner of many, and not again once it is over."""
+class ClaimHandle(Handle[K]):
+    """What a handle whose grant is a claim has (a slot's, an idempotency key's): a falsy
+    claim holds no lease, and giving one back abandons it."""
 
     given_as = "claim"
+
+    def lease_of(self, grant: K) -> LeaseBase | None:
+        return grant.lease if grant else None
+
+    def _over(self, grant: K) -> bool:
+        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
+
+    async def _hand_back(self, grant: K) -> None:
+        await grant._abandon()
+
+
+class OnceHandle(ClaimHandle[C]):
+    """A job's slot, run once: by one runner of many, and not again once it is over."""
+
     kind = "once"
     _claim: type[C]
 
@@ -400,15 +471,6 @@ class OnceHandle(Handle[C]):
         if _observe.listeners:
             _observe.slot(self.job, taken.state)
         return taken
-
-    def lease_of(self, grant: C) -> LeaseBase | None:
-        return grant.lease if grant else None
-
-    def _over(self, grant: C) -> bool:
-        return not grant or grant.lease is None or grant.lease.released or grant.lease.lost
-
-    async def _hand_back(self, grant: C) -> None:
-        await grant._abandon()
 
     async def _leave_block(self, grant: C, exc: BaseException | None) -> None:
         if not grant:
