@@ -59,11 +59,12 @@ RUN = "run"  # the workload of real tenure run supervisors (`processes.RunWorker
 PARTITION = "partition"  # members of a partition group, one fenced counter per item
 SEMAPHORE = "semaphore"  # holders of a semaphore's permits, one fenced counter per slot
 RWLOCK = "rwlock"  # readers and writers of a read-write lock, one counter behind its fence
+HTTP = "http"  # the counter behind a real HTTP service and its fence (`service`)
 STATE = "state"  # leaders advancing a cursor in the election's own state (lease.state)
 CURSOR = "cursor"  # the state workload's key
 PER_ITEM = (PARTITION, SEMAPHORE)  # the workloads whose resource is one counter per item
-COUNTERS = ("counter", RWLOCK)  # the workloads whose resource is one counter, written value+1
-_EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None, RWLOCK: 0}
+COUNTERS = ("counter", RWLOCK, HTTP)  # the workloads whose resource is one counter, value+1
+_EMPTY: dict[str, Any] = {"counter": 0, "set": [], "election": None, RWLOCK: 0, HTTP: 0}
 
 
 def partition_items(count: int) -> list[str]:

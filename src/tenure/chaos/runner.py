@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .._errors import InvalidArgument
@@ -37,10 +38,13 @@ from .nemesis import LINK_FAULTS, Nemesis
 from .observer import Observer
 from .processes import RunWorker, Stall, WorkerProcess, tenure_command
 from .report import Report, RunInfo, build_report
-from .resource import RUN, create_resource, read_resource
+from .resource import HTTP, RUN, create_resource, read_resource
 from .scenarios import Scenario
 from .servers import ServerControl
 from .timeline import write_timeline
+
+if TYPE_CHECKING:
+    from .service import Service
 
 READY_TIMEOUT = 120.0
 """Seconds every worker gets to start (imports, first connection) before the clock starts."""
@@ -72,6 +76,8 @@ class Run:
     """The ``rwlock`` workload: how many readers may hold its read lock at once (few, so that
     readers overlap and writers wait for them)."""
     workers: list[WorkerProcess] = field(default_factory=list)
+    service: Service | None = None
+    """The ``http`` workload's service, while the run goes on."""
 
     @property
     def effective_lock_delay(self) -> float:
@@ -113,6 +119,10 @@ class Run:
             observer = Observer(self.store_url, self.lock, history_dir / "observer.jsonl")
         stall = self._store_stall()
         started = time.monotonic()
+        if self.workload == HTTP:  # the service the workers write through, started first
+            from .service import Service  # its ASGI framework and server: this workload only
+
+            self.service = Service(resource, self.fenced, history_dir / "service.log")
         try:
             self._start_workers(resource, history_dir, work_dir, go, stall)
             self._wait_ready(time.monotonic() + READY_TIMEOUT)
@@ -143,6 +153,8 @@ class Run:
                 worker.close()
             if stall is not None:
                 stall.close()
+            if self.service is not None:
+                self.service.close()
             nemesis.close()
             recorder.close()
         ended = time.monotonic()
@@ -234,6 +246,8 @@ class Run:
         ]  # fmt: skip
         if not self.fenced:
             argv.append("--unfenced")
+        if self.service is not None:
+            argv += ["--service", self.service.url]
         return argv
 
     def _run_argv(self, url: str, name: str) -> list[str]:

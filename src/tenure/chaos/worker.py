@@ -220,6 +220,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lock-delay", type=float, default=0.0)
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--stall-file", default="/nonexistent/tenure-chaos-stall")
+    parser.add_argument("--service", default="", help="the http workload's service URL")
     return parser.parse_args(argv)
 
 

@@ -8,14 +8,36 @@ read this registry (`get`, `NAMES`)."""
 from __future__ import annotations
 
 from ..._errors import InvalidArgument
-from . import counter, election, guarded, partition, run, rwlock, semaphore, sets, state
+from . import (
+    counter,
+    election,
+    guarded,
+    http_service,
+    partition,
+    run,
+    rwlock,
+    semaphore,
+    sets,
+    state,
+)
 from ._base import Sizes, Workload
 
 __all__ = ["NAMES", "REGISTRY", "Sizes", "Workload", "get"]
 
 REGISTRY: dict[str, Workload] = {
     module.WORKLOAD.name: module.WORKLOAD
-    for module in (counter, sets, election, guarded, run, partition, semaphore, rwlock, state)
+    for module in (
+        counter,
+        sets,
+        election,
+        guarded,
+        run,
+        partition,
+        semaphore,
+        rwlock,
+        state,
+        http_service,
+    )
 }
 NAMES = tuple(REGISTRY)
 """The workloads' names, in ``--workload``'s order."""
