@@ -19,7 +19,6 @@ Works with stdlib ``sqlite3`` (SQLite 3.35 or later, for RETURNING) and psycopg 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -31,6 +30,7 @@ from contextlib import (
 )
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from .._dbapi import table_name, transaction
 from .._errors import InvalidArgument, StaleToken
 from ._tokens import check, refused
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DBAPICursor", "SQLFence"]
 
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
-_TABLE = re.compile(rf"(?:{_IDENT}\.)?{_IDENT}")
 _PLACEHOLDER = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 _Row = TypeVar("_Row")
@@ -60,10 +58,7 @@ class SQLFence:
     """A fence kept in one SQL table: ``(resource TEXT PRIMARY KEY, token BIGINT NOT NULL)``."""
 
     def __init__(self, table: str = "tenure_fence") -> None:
-        if not isinstance(table, str) or not _TABLE.fullmatch(table):
-            raise InvalidArgument(f"invalid fence table name {table!r}: use [schema.]identifier")
-        # Safe to format into SQL: the regex admits only plain identifiers.
-        self.table = table
+        self.table = table_name(table)  # safe to format into SQL: plain identifiers only
         self._ddl = (
             f"CREATE TABLE IF NOT EXISTS {table} (resource TEXT PRIMARY KEY, token BIGINT NOT NULL)"
         )
@@ -209,10 +204,8 @@ class SQLFence:
         The connection must not be inside a transaction already: this block owns the transaction.
         """
         _check(resource, token)
-        if isinstance(conn, sqlite3.Connection):
-            return self._fenced_sqlite(conn, resource, token)
-        if _is_psycopg(conn, "Connection"):
-            return self._fenced_psycopg(conn, resource, token)
+        if isinstance(conn, sqlite3.Connection) or _is_psycopg(conn, "Connection"):
+            return self._fenced(conn, resource, token)
         raise InvalidArgument(f"fenced() supports sqlite3 and psycopg connections, not {conn!r}")
 
     def fenced_async(
@@ -225,44 +218,11 @@ class SQLFence:
         return self._fenced_psycopg_async(conn, resource, token)
 
     @contextmanager
-    def _fenced_sqlite(
-        self, conn: sqlite3.Connection, resource: str, token: int
-    ) -> Iterator[sqlite3.Cursor]:
-        if getattr(conn, "autocommit", None) is False:
-            # Python 3.12+ autocommit=False keeps a deferred transaction open at all times, so
-            # BEGIN IMMEDIATE is impossible and we cannot tell the caller's writes from ours.
-            raise InvalidArgument(
-                "fenced() needs a sqlite3 connection with autocommit=True or the legacy "
-                "isolation_level mode; with autocommit=False call admit() in your transaction"
-            )
-        if conn.in_transaction:
-            raise InvalidArgument("fenced() begins its own transaction: commit or roll back first")
-        cur = conn.cursor()
-        # Explicit BEGIN/COMMIT/ROLLBACK behave the same under legacy isolation_level (no implicit
-        # BEGIN inside an open transaction) and autocommit=True (where conn.commit() is a no-op).
-        # IMMEDIATE takes the write lock up front: the check and the write serialize with other
-        # writers, and no deferred read-to-write upgrade can fail half way.
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            self.admit(cur, resource, token)
-            yield cur
-            cur.execute("COMMIT")
-        except BaseException:
-            # SQLite may already have rolled back on its own (e.g. disk full).
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            cur.close()
-
-    @contextmanager
-    def _fenced_psycopg(
-        self, conn: psycopg.Connection[_Row], resource: str, token: int
-    ) -> Iterator[psycopg.Cursor[_Row]]:
-        _require_idle(conn.info.transaction_status)
-        # Idle connection, so transaction() opens and commits a real transaction (not a
-        # savepoint inside someone else's) and rolls it back on any exception.
-        with conn.transaction(), conn.cursor() as cur:
+    def _fenced(self, conn: Any, resource: str, token: int) -> Iterator[Any]:
+        # A transaction of its own (SQLite's BEGIN IMMEDIATE: the check and the write serialize
+        # with other writers, no read-to-write upgrade can fail half way), rolled back on any
+        # exception, StaleToken included.
+        with transaction(conn) as cur:
             self.admit(cur, resource, token)
             yield cur
 
