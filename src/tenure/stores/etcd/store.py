@@ -10,7 +10,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import ClassVar
 from urllib.parse import unquote, urlencode
@@ -556,17 +556,27 @@ class EtcdStore(Store, Elections, Records, Revocations):
 
     async def proclaim(self, session: Session, name: str, token: int, value: str) -> bool:
         assert isinstance(session, EtcdSession)
+        # The value lives in the holder key, beside the owner: ``locks()`` reads it for free, a
+        # new grant (a new key) starts without one, and the key's own watch events carry it.
+        owner = owner_json(session.owner, value=value)
+        return await self._while_held(
+            session, name, token, lambda key: put_op(key, owner, session.id)
+        )
+
+    async def _while_held(
+        self, session: EtcdSession, name: str, token: int, op: Callable[[bytes], JSON]
+    ) -> bool:
+        """``op(holder key)`` in one txn with the compare that the holder key is this grant's
+        (created at its token, on this session's lease): a released, revoked, expired or
+        handed-over grant fails it, and then nothing is written."""
         entry = session.held.get((name, token))
         if entry is None:
             return False  # never granted to this session, or released
         key = entry[0]
-        # The value lives in the holder key, beside the owner: ``locks()`` reads it for free, a
-        # new grant (a new key) starts without one, and the key's own watch events carry it.
         compare = [created_at(key, token), leased_to(key, session.id)]
-        put = put_op(key, owner_json(session.owner, value=value), session.id)
         try:
-            # Safe to send again: while the compare holds, a second put writes the same bytes.
-            answer = await self._txn(compare, [put], [])
+            # Safe to send again: while the compare holds, a second write writes the same bytes.
+            answer = await self._txn(compare, [op(key)], [])
         except LeaseLost:
             return False
         return bool(answer.get("succeeded"))
@@ -592,19 +602,7 @@ class EtcdStore(Store, Elections, Records, Revocations):
         self, session: Session, name: str, token: int, key: str, value: str | None
     ) -> bool:
         assert isinstance(session, EtcdSession)
-        entry = session.held.get((name, token))
-        if entry is None:
-            return False  # never granted to this session, or released
-        # The compare of proclaim: the holder key is this grant's (created at its token, on
-        # this session's lease); a revoked, expired or handed-over grant fails it.
-        lock = entry[0]
-        compare = [created_at(lock, token), leased_to(lock, session.id)]
-        try:
-            # Safe to send again: while the compare holds, a second put writes the same bytes.
-            answer = await self._txn(compare, [self._records.op(key, value)], [])
-        except LeaseLost:
-            return False
-        return bool(answer.get("succeeded"))
+        return await self._while_held(session, name, token, lambda _: self._records.op(key, value))
 
     async def aclose(self) -> None:
         await self._gw.aclose()
