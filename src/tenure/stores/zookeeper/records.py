@@ -97,12 +97,12 @@ async def write_held(
 ) -> bool:
     """Write (None: delete) record ``key`` in one multi with a check that the session's own
     lock node ``lock`` still exists; False if it does not (released, revoked, or the session is
-    gone). A multi cannot create-or-set: set first, create if there was no node (and set again
-    if another writer created it meanwhile). Each multi is safe to send again (``settled``)."""
+    gone). A multi cannot create-or-set: set first (one round trip for a key written before),
+    create if there was no node (and set again if another writer created it meanwhile). Each
+    multi is safe to send again (``settled``)."""
     k = kazoo()
     path = conn.paths.record(key)
     client = session.client
-    await conn.settled(session, lambda: client.ensure_path_async(conn.paths.records))
     creating = False
     while True:
 
@@ -129,6 +129,8 @@ async def write_held(
         if isinstance(failed, k.exceptions.NoNodeError):
             if value is None:
                 return True  # nothing to delete
+            if creating:  # no records node yet: made once, off the common path
+                await conn.settled(session, lambda: client.ensure_path_async(conn.paths.records))
             creating = True
         elif isinstance(failed, k.exceptions.NodeExistsError):
             creating = False  # created meanwhile (or by our own earlier try): set it
