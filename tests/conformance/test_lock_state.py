@@ -5,6 +5,7 @@ its write."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 import tenure
@@ -116,3 +117,23 @@ async def test_a_revoked_grant_writes_nothing(store_url: str) -> None:
         with pytest.raises(LeaseLost, match="no longer current"):
             await lease.state.put("k", "after")
         assert await lease.state.get("k") == "before"
+
+
+@pytest.mark.offers("elections")
+async def test_a_partition_items_state_moves_with_the_item(store_url: str) -> None:
+    items = ["shard-0", "shard-1"]
+
+    async def owning(member: tenure.AsyncMember) -> None:
+        with anyio.fail_after(15):
+            while set(member.owned) != set(items):
+                await anyio.sleep(0.02)
+
+    async with tenure.connect_async(store_url) as a, tenure.connect_async(store_url) as b:
+        async with a.partitions("g", items, ttl=2, member="a") as first:
+            await owning(first)
+            await first.owned["shard-0"].state.put("offset", "17")
+            await first.owned["shard-1"].state.put("offset", "4")
+        async with b.partitions("g", items, ttl=2, member="b") as second:
+            await owning(second)
+            assert await second.owned["shard-0"].state.get("offset") == "17"
+            assert await second.owned["shard-1"].state.items() == {"offset": "4"}
