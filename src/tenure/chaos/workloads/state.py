@@ -25,10 +25,10 @@ if TYPE_CHECKING:
 def step(worker: Worker, lease: tenure.Lease) -> None:
     # The leader keeps its own count from its one read, as a real one would (a cursor in hand),
     # so a late step is computed from what it read at the start of its term; a set number of
-    # steps (not "until a time"), 1-3 TTLs, so that faults land mid-term.
+    # steps (not "until a time"), 1.5-4 TTLs, so that faults land mid-term.
     token = lease.token
     cursor = worker.op("read", token, None, lambda: int(lease.state.get(CURSOR) or 0))
-    for _ in range(worker.rng.randint(10, 30)):
+    for _ in range(worker.rng.randint(15, 40)):
         if lease.lost:
             return  # a leader that knows its term is over stops: no write, none refused
         data = {"old": cursor, "new": cursor + 1}
