@@ -8,9 +8,9 @@ from typing import Protocol
 
 from .._errors import StaleToken
 from ._tokens import check
-from .http import STALE
+from .http import RESOURCE_HEADER, STALE, TOKEN_HEADER
 
-__all__ = ["HasToken", "headers", "stale"]
+__all__ = ["HasToken", "Stamping", "headers", "stale"]
 
 
 class HasToken(Protocol):
@@ -32,6 +32,28 @@ def headers(
     if resource is not None:
         sent[resource_header] = resource.encode()  # UTF-8: a name need not be ASCII
     return sent
+
+
+class Stamping:
+    """What both clients are given: the lease (or token), the resource and the header names;
+    `sent` is the headers of one request."""
+
+    def __init__(
+        self,
+        lease: HasToken | int,
+        resource: str | None = None,
+        *,
+        token_header: str = TOKEN_HEADER,
+        resource_header: str = RESOURCE_HEADER,
+    ) -> None:
+        self.lease = lease
+        self.resource = resource
+        self.token_header = token_header
+        self.resource_header = resource_header
+
+    def sent(self) -> dict[str, bytes]:
+        """The headers to send now (the lease's token as it is now)."""
+        return headers(self.lease, self.resource, self.token_header, self.resource_header)
 
 
 def stale(status: int, body: bytes) -> StaleToken | None:

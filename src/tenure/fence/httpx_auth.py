@@ -6,13 +6,12 @@ from collections.abc import AsyncGenerator, Generator
 
 import httpx
 
-from ._clients import HasToken, headers, stale
-from .http import RESOURCE_HEADER, TOKEN_HEADER
+from ._clients import Stamping, stale
 
 __all__ = ["HTTPXAuth"]
 
 
-class HTTPXAuth(httpx.Auth):
+class HTTPXAuth(Stamping, httpx.Auth):
     """Sends ``lease``'s token (and ``resource``, unless the service names it) with each
     request, and raises ``tenure.StaleToken`` when the fence answers 409 stale::
 
@@ -23,21 +22,8 @@ class HTTPXAuth(httpx.Auth):
     int. Any other response, the app's own 409s included, is returned as it is.
     """
 
-    def __init__(
-        self,
-        lease: HasToken | int,
-        resource: str | None = None,
-        *,
-        token_header: str = TOKEN_HEADER,
-        resource_header: str = RESOURCE_HEADER,
-    ) -> None:
-        self.lease = lease
-        self.resource = resource
-        self.token_header = token_header
-        self.resource_header = resource_header
-
     def _stamp(self, request: httpx.Request) -> None:
-        sent = headers(self.lease, self.resource, self.token_header, self.resource_header)
+        sent = self.sent()
         request.headers.update({name.encode(): value for name, value in sent.items()})
         if not all(value.isascii() for value in sent.values()):
             request.headers.encoding = "utf-8"  # httpx reads its headers as ASCII otherwise

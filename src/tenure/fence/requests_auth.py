@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._clients import HasToken, headers, stale
-from .http import RESOURCE_HEADER, TOKEN_HEADER
+from ._clients import Stamping, stale
 
 if TYPE_CHECKING:
     import requests
@@ -13,7 +12,7 @@ if TYPE_CHECKING:
 __all__ = ["RequestsAuth"]
 
 
-class RequestsAuth:
+class RequestsAuth(Stamping):
     """Sends ``lease``'s token (and ``resource``, unless the service names it) with each
     request, and raises ``tenure.StaleToken`` when the fence answers 409 stale::
 
@@ -24,23 +23,9 @@ class RequestsAuth:
     response, the app's own 409s included, is returned as it is.
     """
 
-    def __init__(
-        self,
-        lease: HasToken | int,
-        resource: str | None = None,
-        *,
-        token_header: str = TOKEN_HEADER,
-        resource_header: str = RESOURCE_HEADER,
-    ) -> None:
-        self.lease = lease
-        self.resource = resource
-        self.token_header = token_header
-        self.resource_header = resource_header
-
     def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
         """Stamp the request, and check its response when it comes (a response hook)."""
-        sent = headers(self.lease, self.resource, self.token_header, self.resource_header)
-        request.headers.update(sent)
+        request.headers.update(self.sent())
         request.register_hook("response", _raise_if_stale)
         return request
 
