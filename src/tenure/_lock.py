@@ -7,6 +7,7 @@ cancellation, so no failed acquire leaves a trace.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -15,7 +16,7 @@ import anyio
 
 from . import _observe
 from ._arguments import check_arguments, check_timeout
-from ._errors import InvalidArgument, LeaseLost, NotAcquired
+from ._errors import InvalidArgument, LeaseLost, NotAcquired, StoreUnavailable
 from ._handles import AsyncHandle, Handle, SyncHandle
 from ._lease import AsyncLease, Lease, LeaseBase
 from ._modes import current_caller
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from ._pool import SessionPool
     from ._session import SessionKeeper
 
+log = logging.getLogger("tenure")
 WaitCallback = Callable[[LockInfo | None], None]
 L = TypeVar("L", bound=LeaseBase)
 MAX_NAP = 2.0
@@ -59,7 +61,7 @@ async def acquire(
         while True:
             if keeper is None or keeper.expired():
                 if ticket is not None and keeper is not None:
-                    await _leave(keeper, ticket)
+                    await _leave_lost(keeper, ticket)
                     ticket = None
                 keeper = await pool.session(ttl, lock_delay)
             t_sent = clock.now()
@@ -96,7 +98,7 @@ async def acquire(
             cap = SAFETY_NAP if keeper.store.capabilities.native_wait else MAX_NAP
             nap = min(left, cap, outcome.retry_in if outcome.retry_in is not None else cap)
             assert ticket is not None
-            await keeper.store.wait(ticket, outcome, max(nap, 0.0))
+            await _wait(keeper, ticket, outcome, max(nap, 0.0))
             woken = clock.now() if _observe.listeners else None
     except BaseException:
         if ticket is not None and keeper is not None:
@@ -104,9 +106,32 @@ async def acquire(
         raise
 
 
+async def _wait(keeper: SessionKeeper, ticket: object, busy: Busy, nap: float) -> None:
+    """The store's wait for ``ticket``, cut short when the session is lost: the ticket died
+    with it, and the caller must queue again on a new session at once, not when the nap ends."""
+    async with anyio.create_task_group() as tg:
+
+        async def end_on_loss() -> None:
+            await keeper.ended()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(end_on_loss)
+        await keeper.store.wait(ticket, busy, nap)
+        tg.cancel_scope.cancel()
+
+
 async def _leave(keeper: SessionKeeper, ticket: object) -> None:
     with anyio.CancelScope(shield=True):
         await keeper.store.leave(ticket)
+
+
+async def _leave_lost(keeper: SessionKeeper, ticket: object) -> None:
+    """Leave the queue of a lost session, if the store can be reached: if not, the store drops
+    the ticket with the session, and the caller queues again on a new one."""
+    try:
+        await _leave(keeper, ticket)
+    except StoreUnavailable as exc:
+        log.info("tenure: could not leave the queue of a lost session (%s)", exc)
 
 
 class LockHandle(Handle[L]):

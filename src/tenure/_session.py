@@ -73,6 +73,10 @@ class SessionKeeper:
         handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
+    async def ended(self) -> None:
+        """Return once the session is lost or closed (a waiter's ticket dies with it)."""
+        await self._stopped.wait()
+
     def expired(self) -> bool:
         """Lost, or past the deadline (noticed even if this task is starved)."""
         if self.state.expire(self.clock.now()):

@@ -166,3 +166,39 @@ async def test_a_busy_attempt_that_will_not_wait_leaves_no_trace(store: Store) -
     finally:
         for session in (one, two, three):
             await store.close_session(session)
+
+
+async def test_a_waiter_whose_own_session_is_lost_queues_again_at_once(store_url: str) -> None:
+    """A waiting acquire wakes on its own session's loss (its ticket died with it) and queues
+    again on a new session at once: not when its nap between attempts ends (up to 10 s on a
+    store that wakes its waiters), so a caller that asks after the loss still queues behind it."""
+    faulty = CountingStore(open_store(store_url))
+    async with (
+        tenure.connect_async(store_url) as holder,
+        AsyncClient(faulty, lock_delay=0) as waiter,
+        tenure.connect_async(store_url) as later,
+    ):
+        held = await holder.lock("turn", ttl=30).acquire()
+        order: list[str] = []
+
+        async def take(client: AsyncClient, who: str) -> None:
+            async with client.lock("turn", ttl=3):
+                order.append(who)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take, waiter, "waiter")
+            await until_waiters(holder.store, "turn", 1)
+            assert (faulty.sessions_opened, faulty.attempts) == (1, 1)
+            faulty.drop_next_session = True  # the next renewal (1 s on) hears it is gone
+            # Bounded at 6 s: a renewal within 1 s, then one leave, one session and one attempt;
+            # a waiter that napped on would try again only after 10 s (the holder's TTL is 30).
+            with anyio.fail_after(6):
+                while faulty.attempts < 2:
+                    await anyio.sleep(0.01)
+            assert faulty.sessions_opened == 2  # queued again, on a new session
+            await until_waiters(holder.store, "turn", 1)
+            tg.start_soon(take, later, "later")
+            await until_waiters(holder.store, "turn", 2)
+            await held.release()
+    assert order == ["waiter", "later"]
+    assert faulty.attempts == 3  # joined, joined again on the new session, woken and granted

@@ -6,6 +6,7 @@ async with tenure.AsyncClient(store) as client:
     store.hang_keep_alive = True     # renewals never answer: the lease is lost at its deadline
     store.fail_keep_alive = True     # renewals raise StoreUnavailable: retried, then lost
     store.drop_sessions = True       # the store answers that the session is gone: lost at once
+    store.drop_next_session = True   # the same for the next renewal only (one session is lost)
     store.break_keep_alive = True    # renewals raise an unexpected error (a bug): lost at once
     store.refuse_sessions = True     # new sessions cannot be opened (the store is out of reach)
     store.fail_attempts = True       # lock attempts raise StoreUnavailable (a store too slow)
@@ -48,12 +49,14 @@ class FaultyStore(Store, Elections, Records, Revocations):
         self.hang_keep_alive = False
         self.fail_keep_alive = False
         self.drop_sessions = False
+        self.drop_next_session = False
         self.break_keep_alive = False
         self.refuse_sessions = False
         self.fail_attempts = False
         self.refuse_proclaims = False
         self.unguarded_state = False
         self.keep_alive_calls = 0
+        self.sessions_opened = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
 
@@ -70,6 +73,7 @@ class FaultyStore(Store, Elections, Records, Revocations):
     async def open_session(self, ttl: float, owner: Holder, lock_delay: float = 0.0) -> Session:
         if self.refuse_sessions:
             raise StoreUnavailable("injected fault: cannot open a session")
+        self.sessions_opened += 1
         return await self.inner.open_session(ttl, owner, lock_delay)
 
     async def keep_alive(self, session: Session) -> bool:
@@ -80,7 +84,8 @@ class FaultyStore(Store, Elections, Records, Revocations):
             raise StoreUnavailable("injected fault: keep-alive failed")
         if self.break_keep_alive:
             raise RuntimeError("injected fault: a bug in the store")
-        if self.drop_sessions:
+        if self.drop_sessions or self.drop_next_session:
+            self.drop_next_session = False
             return False
         return await self.inner.keep_alive(session)
 
