@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tenure.stores._server import ram_disk
 from tenure.stores.etcd.server import ETCD, EtcdCluster
 
 
@@ -18,7 +19,7 @@ def etcd_cluster() -> Iterator[EtcdCluster]:
     """Shared by all tests: a test that stops, kills or pauses members must leave them running
     (``etcd_cluster.healthy()`` in a ``finally``)."""
     try:
-        cluster = EtcdCluster(members=3)
+        cluster = EtcdCluster(members=3, data_root=ram_disk())
     except RuntimeError as exc:
         pytest.skip(f"etcd not available ({ETCD}): {exc}")
     try:

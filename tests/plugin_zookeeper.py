@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tenure.stores._server import ram_disk
 from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 
 
@@ -21,7 +22,7 @@ def zookeeper_ensemble() -> Iterator[ZooKeeperEnsemble]:
     missing = ZooKeeperEnsemble.missing()
     if missing:
         pytest.skip(f"ZooKeeper not available (missing {', '.join(missing)})")
-    ensemble = ZooKeeperEnsemble(servers=3)
+    ensemble = ZooKeeperEnsemble(servers=3, data_root=ram_disk())
     try:
         ensemble.start()
         yield ensemble

@@ -204,6 +204,14 @@ class ServerGroup(Started):
             shutil.rmtree(self.root, ignore_errors=True)
 
 
+def ram_disk() -> Path | None:
+    """A RAM disk for test servers' data (``/dev/shm``), if this machine has a writable one:
+    several members on one host then do not queue behind one disk's fsyncs, which on a busy
+    machine stall a 3-member cluster long enough to miss sub-second lease renewals."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
 def reap_orphans(prefix: str, marker: Callable[[Path], bytes], under: Path | None = None) -> None:
     """Kill the servers (and remove the directories) of test runs that no longer exist: a
     directory ``prefix*`` (in the temporary directory, or ``under``) whose owner process is
