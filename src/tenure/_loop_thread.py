@@ -81,39 +81,53 @@ class LoopThread:
         """``await func(*args, **kwargs)`` on the loop. If this thread is interrupted (Ctrl-C),
         the task is cancelled there and waited for; a result it still produced is handed to
         ``on_late`` (so a lock granted just as the interrupt came is not left held), then the
-        interrupt goes on. A task cancelled by `close` raises ``TenureError``."""
+        interrupt goes on. A task cancelled by `close` raises ``TenureError``.
+
+        The hand-off is as light as it can be, since every blocking call makes it twice (there
+        and back): one callback scheduled on the loop that starts the task, and an event the
+        task's end sets — not `asyncio.run_coroutine_threadsafe`'s chained futures."""
         scopes: list[anyio.CancelScope] = []
-        stop: list[bool] = []  # set by `cancel`; both run on the loop, so no race between them
+        tasks: list[asyncio.Task[T | None]] = []
+        done = threading.Event()
 
         async def run() -> T | None:
             with anyio.CancelScope() as scope:
                 scopes.append(scope)
-                if stop:  # interrupted before the task began: cancelled from its start
-                    scope.cancel()
                 return await func(*args, **kwargs)
-            return None
+            return None  # cancelled by `cancel`
 
-        def cancel() -> None:
-            stop.append(True)
+        def start() -> None:
+            task = self._loop.create_task(run())
+            task.add_done_callback(lambda _: done.set())
+            tasks.append(task)
+
+        def cancel() -> None:  # runs after `start` (the loop keeps their order)
             for scope in scopes:
                 scope.cancel()
+            if not scopes:  # not begun yet: cancelled before its first step
+                tasks[0].cancel()
 
         if not self.alive:
             raise TenureError("the client is closed")
-        future = asyncio.run_coroutine_threadsafe(run(), self._loop)
         try:
-            result = future.result()
+            self._loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the loop is closed
+            raise TenureError("the client is closed") from None
+        try:
+            done.wait()
         except BaseException:
-            if future.done():
-                raise  # the task's own error
             self._loop.call_soon_threadsafe(cancel)
-            late = future.result()
-            if late is not None and on_late is not None:
-                on_late(late)
+            done.wait()
+            task = tasks[0]
+            if not task.cancelled() and task.exception() is None:
+                late = task.result()
+                if late is not None and on_late is not None:
+                    on_late(late)
             raise
-        if result is None and scopes and scopes[0].cancelled_caught:
+        task = tasks[0]
+        if task.cancelled() or (scopes and scopes[0].cancelled_caught):
             raise TenureError("the client is closing")
-        return cast(T, result)
+        return cast(T, task.result())
 
     def call_sync(self, func: Callable[..., T], *args: Any) -> T:
         """``func(*args)`` on the loop's thread (for objects only that thread may touch)."""
