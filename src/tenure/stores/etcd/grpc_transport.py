@@ -112,6 +112,9 @@ class GrpcTransport(Transport):
             username=username,
             password=password,
         )
+        # grpc's core logs to stderr itself, a TLS refusal in three lines the store says in one:
+        # quiet unless the user asked for its log (before grpc's first import only).
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
         try:
             import grpc
             import grpc.aio
