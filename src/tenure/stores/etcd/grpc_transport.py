@@ -175,7 +175,7 @@ class GrpcTransport(Transport):
         # refusing: grpc tries it again within a second, and a later call finds it back.
         with anyio.move_on_after(self.connect_timeout):
             while now not in (state.READY, state.TRANSIENT_FAILURE):
-                await channel.wait_for_state_change(now)
+                await _uncut(channel.wait_for_state_change(now))
                 now = channel.get_state(try_to_connect=True)
         if now == state.READY:
             return
@@ -236,11 +236,12 @@ class GrpcTransport(Transport):
         rpc = self._callable(index, method)
         try:
             if not method.streams:
-                return self._answer(await rpc(request, timeout=timeout, metadata=metadata))
+                reply = await _uncut(rpc(request, timeout=timeout, metadata=metadata))
+                return self._answer(reply)
             call = rpc(timeout=timeout, metadata=metadata)
             try:
-                await call.write(request)
-                reply = await call.read()
+                await _uncut(call.write(request))
+                reply = await _uncut(call.read())
             finally:
                 call.cancel()
         except self._grpc.aio.AioRpcError as exc:
@@ -273,7 +274,7 @@ class GrpcTransport(Transport):
                 await self._connected(index, {index})  # no TLS probe: only who answers
                 rpc = self._callable(index, method)
                 metadata = (("token", token),) if token else None
-                reply = await rpc(method.request(), timeout=PROBE, metadata=metadata)
+                reply = await _uncut(rpc(method.request(), timeout=PROBE, metadata=metadata))
                 return bool(reply.leader)
         except (Failed, self._grpc.aio.AioRpcError):
             pass
@@ -306,9 +307,9 @@ class GrpcTransport(Transport):
                 return
             call = self._callable(index, method)(metadata=(("token", token),) if token else None)
             try:
-                await call.write(request)
+                await _uncut(call.write(request))
                 while True:
-                    reply = await call.read()
+                    reply = await _uncut(call.read())
                     if reply is self._grpc.aio.EOF:
                         return
                     result = self._answer(reply)
@@ -330,6 +331,27 @@ class GrpcTransport(Transport):
             await channel.close()
         if self._gateway is not None:
             await self._gateway.aclose()
+
+
+async def _uncut(awaitable: Any) -> Any:
+    """Await one of grpc's awaitables so that a cancellation reaches the caller as anyio made
+    it. grpc awaits tasks of its own, whose cancellation raises a bare ``CancelledError``:
+    anyio, which knows its cancellations by their message, would let that one out of every
+    cancel scope (and a task group would take it for a crash). Here the caller waits on a
+    shield, which keeps the message, and the grpc task is cancelled after."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Mark ``task``'s outcome as seen: nobody waits for it any more."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _credentials(grpc: Any, files: TLSFiles) -> Any:
