@@ -12,13 +12,25 @@ from typing import Any
 
 import anyio
 import pytest
+from google.protobuf import json_format
 
 import tenure
 from tenure import InvalidArgument
 from tenure.stores.etcd import EtcdStore
 from tenure.stores.etcd.gateway import Gateway
-from tenure.stores.etcd.grpc_transport import GrpcTransport
-from tenure.stores.etcd.keys import get_op, prefix_end, put_op, range_op
+from tenure.stores.etcd.grpc_transport import GrpcTransport, _methods
+from tenure.stores.etcd.keys import (
+    Keys,
+    absent,
+    created_at,
+    first_op,
+    get_op,
+    last_op,
+    prefix_end,
+    put_op,
+    range_op,
+)
+from tenure.stores.etcd.wirejson import fill, to_json
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -58,6 +70,7 @@ def same(answer: dict[str, Any]) -> dict[str, Any]:
     return {**answer, "header": header}
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_both_transports_speak_the_same_json(etcd_store_url: str) -> None:
     """A txn with a put, a sorted range and a count, and a read of it, through each transport:
@@ -88,6 +101,7 @@ async def test_both_transports_speak_the_same_json(etcd_store_url: str) -> None:
         await http.aclose()
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_under_trio_the_default_store_takes_the_gateway(etcd_store_url: str) -> None:
     """gRPC needs asyncio: under trio the default URL locks, waits and watches through the
@@ -112,3 +126,72 @@ async def test_under_trio_the_default_store_takes_the_gateway(etcd_store_url: st
             await lease.release()
         assert got and got[0] > lease.token
         assert store.wakeups >= 1  # woken by the watch (the gateway's), not by polling
+
+
+# -- etcd's JSON and the messages ---------------------------------------------------------
+
+
+def attempt_txn() -> dict[str, Any]:
+    """A first attempt's txn as the store makes it (nested txn, count, sorted ranges)."""
+    keys = Keys("ns")
+    prefix = keys.prefix("a/b")
+    end = prefix_end(prefix)
+    key = keys.queued(prefix, 2**62 + 5, 1)
+    free = [absent({"key": b64(prefix), "range_end": b64(end)}), absent({"key": b64(key)})]
+    success = [
+        put_op(key, b'{"host": "h"}', 2**62 + 5),
+        first_op(prefix, end),
+        range_op(prefix, end, count_only=True),
+        last_op(prefix, end, 2),
+        {"request_txn": {"compare": free, "success": [{"request_delete_range": {}}]}},
+    ]
+    return {"compare": [created_at(key, 7)], "success": success, "failure": [get_op(key)]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("kv/txn", attempt_txn()),
+        ("watch", {"create_request": {"key": "YQ==", "start_revision": "9", "filters": ["NOPUT"]}}),
+        ("lease/grant", {"ID": str(2**63 - 1), "TTL": 3}),
+        ("kv/range", {"key": "YQ==", "sort_order": 1, "limit": "1", "serializable": True}),
+        ("auth/authenticate", {"name": "u", "password": "p"}),
+    ],
+)
+def test_bodies_become_the_messages_protobuf_would_make(path: str, body: dict[str, Any]) -> None:
+    method = _methods()[path]
+    assert fill(method.request(), body) == json_format.ParseDict(body, method.request())
+
+
+def test_answers_become_the_json_protobuf_would_make() -> None:
+    from tenure.stores.etcd.proto import kv_pb2, rpc_pb2
+
+    kv = kv_pb2.KeyValue(key=b"k\xff", value=b"", create_revision=2**40, lease=-1, version=1)
+    txn = rpc_pb2.TxnResponse(succeeded=True)
+    txn.header.revision = 12
+    txn.responses.add().response_range.kvs.append(kv)
+    txn.responses.add().response_put.SetInParent()  # present, empty: {}
+    txn.responses.add().response_range.count = 3
+    watch = rpc_pb2.WatchResponse(created=True, canceled=True, cancel_reason="compacted")
+    watch.events.add(type=kv_pb2.Event.DELETE, kv=kv)
+    watch.events.add(type=kv_pb2.Event.PUT, kv=kv)
+    status = rpc_pb2.StatusResponse(leader=2**64 - 1, version="3.4.23", raftTerm=4)
+    for message in (txn, watch, status, rpc_pb2.LeaseTimeToLiveResponse(TTL=-1, keys=[b"x"])):
+        expected = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        assert to_json(message) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"key": "not base64!"},
+        {"limit": "ten"},
+        {"sort_order": "SIDEWAYS"},
+        {"nope": 1},
+        {"limit": True},
+    ],
+)
+def test_a_bad_body_is_one_invalid_argument(body: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        fill(_methods()["kv/range"].request(), body)
+    assert "RangeRequest" in str(raised.value) and "\n" not in str(raised.value)

@@ -2,7 +2,7 @@
 
 Each member has one HTTP/2 channel (``grpc.aio``, made on first use in the running event loop).
 A call is one unary RPC (``lease/keepalive``: one request on a LeaseKeepAlive stream), its body
-converted from etcd's gateway JSON and its answer back (``google.protobuf.json_format``, with
+converted from etcd's gateway JSON and its answer back (`wirejson`: protobuf's JSON mapping with
 the .proto field names, as the gateway does), so the store above speaks the same JSON on either
 transport. The fail-over, retry rules, tokens and TLS probe are `Transport`'s. gRPC needs
 asyncio: under another event loop (trio) every request goes through a `Gateway` instead.
@@ -33,6 +33,7 @@ from .transport import (
     describe,
     stale_token,
 )
+from .wirejson import fill, to_json
 
 UNIMPLEMENTED = 12
 INVALID_ARGUMENT = 3
@@ -118,13 +119,11 @@ class GrpcTransport(Transport):
         try:
             import grpc
             import grpc.aio
-            from google.protobuf import json_format
         except ImportError:
             raise InvalidArgument(
                 "the etcd store needs grpcio and protobuf: pip install 'tenure[etcd]'"
             ) from None
         self._grpc = grpc
-        self._json = json_format
         self._methods = _methods()
         self._credentials = None if tls is None else _credentials(grpc, tls_files or TLSFiles())
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -219,13 +218,9 @@ class GrpcTransport(Transport):
         if method is None:
             raise EtcdError(UNIMPLEMENTED, f"no etcd API call {path!r}")
         try:
-            return method, self._json.ParseDict(body, method.request())
-        except self._json.ParseError as exc:
-            raise EtcdError(INVALID_ARGUMENT, f"{path}: {' '.join(str(exc).split())}") from None
-
-    def _answer(self, reply: Any) -> JSON:
-        answer: JSON = self._json.MessageToDict(reply, preserving_proto_field_name=True)
-        return answer
+            return method, fill(method.request(), body)
+        except InvalidArgument as exc:
+            raise EtcdError(INVALID_ARGUMENT, f"{path}: {exc}") from None
 
     async def _send(
         self, index: int, path: str, body: JSON, timeout: float, token: str, probed: set[int]
@@ -237,7 +232,7 @@ class GrpcTransport(Transport):
         try:
             if not method.streams:
                 reply = await _uncut(rpc(request, timeout=timeout, metadata=metadata))
-                return self._answer(reply)
+                return to_json(reply)
             call = rpc(timeout=timeout, metadata=metadata)
             try:
                 await _uncut(call.write(request))
@@ -248,7 +243,7 @@ class GrpcTransport(Transport):
             raise await self._failure(index, exc, timeout, probed) from None
         if reply is self._grpc.aio.EOF:
             raise Failed(f"{path}: the stream ended without an answer", sent=True)
-        return {"result": self._answer(reply)}  # as the gateway answers a stream
+        return {"result": to_json(reply)}  # as the gateway answers a stream
 
     async def _failure(self, index: int, exc: Any, timeout: float, probed: set[int]) -> Exception:
         """What an RPC's error means: `EtcdError` (a definite answer) or `Failed`."""
@@ -312,7 +307,7 @@ class GrpcTransport(Transport):
                     reply = await _uncut(call.read())
                     if reply is self._grpc.aio.EOF:
                         return
-                    result = self._answer(reply)
+                    result = to_json(reply)
                     reason = str(result.get("cancel_reason") or "")
                     if result.get("canceled") and token and stale_token(reason):
                         break  # refused at creation: nothing was watched yet

@@ -21,7 +21,6 @@ JSON = dict[str, Any]
 # google.protobuf.descriptor.FieldDescriptor's type and label numbers.
 _BYTES, _STRING, _BOOL, _ENUM, _MESSAGE = 12, 9, 8, 14, 11
 _INT64 = frozenset({3, 4, 6, 16, 18})  # int64, uint64, fixed64, sfixed64, sint64: strings
-_REPEATED = 3
 
 Field = tuple[str, int, bool, Any]
 """(name, type, repeated, the enum or message descriptor)."""
