@@ -187,7 +187,7 @@ class GrpcTransport(Transport):
 
     # -- requests --------------------------------------------------------------------------
 
-    def _asyncio(self) -> Gateway | None:
+    def _fallback(self) -> Gateway | None:
         """None under asyncio; else the `Gateway` every request takes instead."""
         try:
             asyncio.get_running_loop()
@@ -208,7 +208,7 @@ class GrpcTransport(Transport):
     async def call(
         self, path: str, body: JSON, *, retry: bool = True, timeout: float | None = None
     ) -> JSON:
-        gateway = self._asyncio()
+        gateway = self._fallback()
         if gateway is not None:
             return await gateway.call(path, body, retry=retry, timeout=timeout)
         return await super().call(path, body, retry=retry, timeout=timeout)
@@ -279,7 +279,7 @@ class GrpcTransport(Transport):
 
     @asynccontextmanager
     async def watch(self, body: JSON) -> AsyncIterator[AsyncIterator[JSON]]:
-        gateway = self._asyncio()
+        gateway = self._fallback()
         if gateway is not None:
             async with gateway.watch(body) as results:
                 yield results
@@ -361,7 +361,7 @@ def _credentials(grpc: Any, files: TLSFiles) -> Any:
     if roots is None:
         found = os.environ.get("SSL_CERT_FILE") or ssl.get_default_verify_paths().cafile
         roots = read(found) if found and Path(found).is_file() else None
-    key = read(files.key or (files.cert if files.cert else None))
+    key = read(files.key or files.cert)
     return grpc.ssl_channel_credentials(
         root_certificates=roots,
         private_key=key if files.cert else None,
