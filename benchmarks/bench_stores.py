@@ -91,7 +91,7 @@ PURE_PROTOBUF = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": "python"}
 
 STORES = ("etcd", "postgres", "zookeeper", "redis")
 FLOOR = {
-    "etcd": "etcd-floor",
+    "etcd": "etcd-grpc-floor",
     "postgres": "pg-floor",
     "zookeeper": "zk-floor",
     "redis": "redis-floor",
@@ -100,6 +100,8 @@ CYCLE_VARIANTS = {
     "etcd": [
         "tenure-async",
         "tenure-sync",
+        "tenure-async-http",
+        "etcd-grpc-floor",
         "etcd-floor",
         "aetcd",
         "etcd3gw",
@@ -122,7 +124,15 @@ CYCLE_VARIANTS = {
 }
 REDIS_PEERS = ["redis-py-lock", "sherlock", "python-redis-lock", "pottery", "tooz-redis"]
 CONTEND_VARIANTS = {
-    "etcd": ["tenure-sync", "tenure-async", "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
+    "etcd": [
+        "tenure-sync",
+        "tenure-async",
+        "tenure-async-http",
+        "aetcd",
+        "tooz-etcd3gw",
+        "etcd3gw",
+        "python-etcd3",
+    ],
     "postgres": ["tenure-sync", "tenure-async", "tooz-postgresql"],
     "zookeeper": ["tenure-sync", "tenure-async", "kazoo-lock", "tooz-zookeeper"],
     "redis": ["tenure-sync", "tenure-async", *REDIS_PEERS],
@@ -136,7 +146,10 @@ FAILOVER_VARIANTS = {
     "zookeeper": [*TENURE_FAILOVER, "kazoo-lock", "tooz-zookeeper"],
     "redis": [*TENURE_FAILOVER, *REDIS_PEERS],
 }
-ASYNC_VARIANTS = {"tenure-async", "aetcd", "etcd-floor", "pg-floor", "redis-floor"}
+ASYNC_VARIANTS = {
+    *("tenure-async", "tenure-async-http", "aetcd", "etcd-grpc-floor", "etcd-floor"),
+    *("pg-floor", "redis-floor"),
+}
 PEER_MODULES = {
     "aetcd": "aetcd",
     "etcd3gw": "etcd3gw",
@@ -157,9 +170,11 @@ DESCRIBE = {
     "ttl=30).acquire(); await lease.release()",
     "tenure-sync": "tenure.connect(url); lease = client.lock(name, ttl=30).acquire(); "
     "lease.release()",
-    "etcd-floor": "httpx.AsyncClient on the JSON gateway, one etcd lease made up front, 2 txns "
-    "per cycle: [put key with the lease + range(first by create revision)], "
-    "[compare create_revision; delete]",
+    "tenure-async-http": "tenure-async on etcd's JSON gateway (etcd://..?transport=http)",
+    "etcd-grpc-floor": "the floor: grpc.aio unary calls (tenure's generated messages, built up "
+    "front), one etcd lease made up front, 2 txns per cycle: [compare create_revision = 0; put "
+    "key with the lease + range(first by create revision)], [compare create_revision; delete]",
+    "etcd-floor": "the same 2 txns on the JSON gateway (httpx.AsyncClient, JSON bodies)",
     "pg-floor": "psycopg AsyncConnection (autocommit), 2 statements per cycle, each its own "
     "transaction: WITH t AS (UPDATE tokens .. RETURNING last) INSERT INTO locks .. ON CONFLICT "
     "DO UPDATE .. RETURNING token; DELETE FROM locks WHERE name, token, session RETURNING name",
@@ -429,6 +444,73 @@ class AetcdLock:
         await self._client.close()
 
 
+class EtcdGrpcFloor:
+    """The two txns a grant and a release need, as raw gRPC calls with messages built up front:
+    the fastest native client doing a lock's round trips (etcd's floor)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.timeouts = 0
+        self._cfg = cfg
+        self._prefix = f"{cfg['ns']}/locks/{LOCK_NAME}/".encode()
+        self._key = self._prefix + b"0000000000000001"
+        self._rev = 0
+
+    async def open(self) -> None:
+        import grpc
+
+        from tenure.stores.etcd.keys import prefix_end
+        from tenure.stores.etcd.proto import rpc_pb2 as pb
+
+        self._pb = pb
+        self._channel = grpc.aio.insecure_channel(self._cfg["endpoints"][0])
+
+        def unary(method: str, request: Any, response: Any) -> Any:
+            return self._channel.unary_unary(
+                f"/etcdserverpb.{method}",
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+
+        self._txn = unary("KV/Txn", pb.TxnRequest, pb.TxnResponse)
+        self._revoke = unary("Lease/LeaseRevoke", pb.LeaseRevokeRequest, pb.LeaseRevokeResponse)
+        grant = unary("Lease/LeaseGrant", pb.LeaseGrantRequest, pb.LeaseGrantResponse)
+        self._lease = (await grant(pb.LeaseGrantRequest(TTL=int(CYCLE_TTL)))).ID
+        value = b'{"host": "bench", "pid": 1, "label": ""}'
+        put = pb.PutRequest(key=self._key, value=value, lease=self._lease)
+        first = pb.RangeRequest(
+            key=self._prefix,
+            range_end=prefix_end(self._prefix),
+            limit=1,
+            sort_order=pb.RangeRequest.ASCEND,
+            sort_target=pb.RangeRequest.CREATE,
+        )
+        absent = pb.Compare(key=self._key, target=pb.Compare.CREATE, create_revision=0)
+        self._grant = pb.TxnRequest(
+            compare=[absent],
+            success=[pb.RequestOp(request_put=put), pb.RequestOp(request_range=first)],
+        )
+
+    async def acquire(self) -> None:
+        answer = await self._txn(self._grant)
+        if not answer.succeeded:
+            raise BenchError("etcd-grpc-floor: the key was there")
+        self._rev = answer.header.revision
+
+    async def release(self) -> None:
+        pb = self._pb
+        held = pb.Compare(key=self._key, target=pb.Compare.CREATE, create_revision=self._rev)
+        delete = pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=self._key))
+        await self._txn(pb.TxnRequest(compare=[held], success=[delete]))
+
+    async def keep(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._revoke(self._pb.LeaseRevokeRequest(ID=self._lease))
+        await self._channel.close()
+
+
 class EtcdFloor:
     """The two txns a grant and a release need on the JSON gateway, and nothing else."""
 
@@ -554,6 +636,10 @@ class PgFloor:
 def make_async_lock(variant: str, cfg: dict[str, Any]) -> AsyncLock:
     if variant == "tenure-async":
         return TenureAsync(cfg)
+    if variant == "tenure-async-http":
+        return TenureAsync({**cfg, "url": cfg["url"] + "?transport=http"})
+    if variant == "etcd-grpc-floor":
+        return EtcdGrpcFloor(cfg)
     if variant == "aetcd":
         return AetcdLock(cfg)
     if variant == "etcd-floor":

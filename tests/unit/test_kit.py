@@ -85,7 +85,7 @@ def anyio_backend() -> str:
 
 
 def test_an_etcd_client_passes_over_members_that_failed_lately() -> None:
-    from tenure.stores.etcd.gateway import SHUNNED, next_member
+    from tenure.stores.etcd.transport import SHUNNED, next_member
 
     now = 100.0
     assert next_member(0, {0: now}, now, 3) == 1

@@ -37,8 +37,8 @@ from .._errors import InvalidArgument, StaleToken, TenureError
 from .._loop_thread import LoopThread
 from ..stores._registry import BY_SCHEME
 from ..stores.etcd import EtcdStore
-from ..stores.etcd.gateway import JSON
 from ..stores.etcd.keys import b64, prefix_end, put_op, unb64
+from ..stores.etcd.transport import JSON
 from ..stores.postgres import PostgresStore
 from ..stores.postgres.connection import CALL_TIMEOUT
 from ..stores.sqlite import SQLiteStore

@@ -1,82 +1,26 @@
-"""etcd's JSON gateway over httpx: one ``POST /v3/<path>`` with fail-over through the members,
-TLS, etcd's simple auth tokens, and watch streams. No protobuf, no gRPC stubs.
-
-Bytes are base64, int64s are strings, zero fields are omitted (both ways). A request is sent
-again only when it provably did not apply or the caller says it is idempotent (``retry``); a
-failure leaves as one-line ``StoreUnavailable``, or as `EtcdError` for a definite answer (see
-docs/stores/etcd.md, "The gateway").
+"""etcd's JSON gateway over httpx (`Gateway`): one ``POST /v3/<path>`` to one member, watch
+streams as JSON lines, and the status probe. The fail-over, retry rules, tokens and TLS probe
+are `Transport`'s. Chosen by ``?transport=http``, and where gRPC cannot run (under trio).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import ssl
-import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-import anyio
-
-from ..._errors import InvalidArgument, StoreUnavailable
+from ..._errors import InvalidArgument
 from .._connect import tls_failure
-from .._kit import Backoff, Unavailable
+from .transport import JSON, PROBE, Failed, Transport, answered, describe, stale_token
 
 if TYPE_CHECKING:
     import httpx  # the ``etcd`` extra: imported when a Gateway is made, not with this module
 
-JSON = dict[str, Any]
 
-
-class Call(Protocol):
-    """One request: `Gateway.call`'s signature (a store's own has its refusals translated)."""
-
-    async def __call__(
-        self, path: str, body: JSON, *, retry: bool = True, timeout: float | None = None
-    ) -> JSON: ...
-
-
-DEFINITE_CODES = frozenset({3, 5, 6, 7, 9, 11, 12, 16})
-"""gRPC codes of a definite refusal (invalid, not found, exists, denied, precondition, out of
-range, unimplemented, unauthenticated). Every other code ("no leader", "leader changed",
-"request timed out", "context deadline exceeded" as Unknown…) means: try again, maybe elsewhere."""
-NOT_FOUND = 5
-ALREADY_EXISTS = 9  # etcd answers "lease already exists" with FailedPrecondition
-PERMISSION_DENIED = 7
-UNAUTHENTICATED = 16  # "invalid auth token" (HTTP 401 from the gateway)
-_STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
-_PROBE_WAIT = 0.5
-"""Seconds a TLS probe waits for the server's alert after the handshake (only after a broken
-connection whose cause httpx did not show)."""
-
-
-class EtcdError(Exception):
-    """A definite error answer from etcd (the request did not apply)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-SHUNNED = 5.0
-"""Seconds a member that failed is passed over while another has not failed that long."""
-PROBE = 0.3
-"""Seconds the other members are given to answer when the one in use failed."""
-
-
-def next_member(failed: int, failed_at: dict[int, float], now: float, count: int) -> int:
-    """The member after ``failed`` (in order, round the list) that has not failed in the last
-    `SHUNNED` seconds; the very next one if every member has."""
-    for step in range(1, count + 1):
-        candidate = (failed + step) % count
-        if now - failed_at.get(candidate, -math.inf) > SHUNNED:
-            return candidate
-    return (failed + 1) % count
-
-
-class Gateway:
+class Gateway(Transport):
     """An HTTP client for a list of etcd members (``host:port``), with fail-over."""
 
     def __init__(
@@ -90,26 +34,15 @@ class Gateway:
         username: str | None = None,
         password: str | None = None,
     ) -> None:
-        self.endpoints = endpoints
-        self.connect_timeout = connect_timeout
-        self.request_timeout = request_timeout
-        self.budget = budget
-        """Seconds one call keeps trying (idempotent calls, through an election)."""
-        self.current = 0
-        self._failed: dict[int, float] = {}  # member index → when it last failed
-        self._probing: anyio.Lock | None = None
-        self._tls = tls
-        self._username = username
-        self._password = password
-        self._token: str | None = None
-        """None: not authenticated yet; "": etcd has authentication off (no header sent)."""
-        self._auth_lock: anyio.Lock | None = None
-        self.unavailable = Unavailable(
-            f"etcd at {', '.join(endpoints)}", [password] if password else []
+        super().__init__(
+            endpoints,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            budget=budget,
+            tls=tls,
+            username=username,
+            password=password,
         )
-        """This store's ``StoreUnavailable``: ``etcd at <members>: <problem>``."""
-        self.authentications = 0
-        """Tokens obtained (the first and every renewal): for tests."""
         try:
             import httpx
         except ImportError:
@@ -125,152 +58,52 @@ class Gateway:
     def _base(self, index: int) -> str:
         return f"{'https' if self._tls else 'http'}://{self.endpoints[index]}"
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": self._token} if self._token else {}
+    @staticmethod
+    def _headers(token: str) -> dict[str, str]:
+        return {"Authorization": token} if token else {}
 
-    def _skip(self, index: int) -> None:
-        """That member failed: the next call goes to the next one that has not failed lately
-        (unless moved on already). A member cut off but still accepting connections costs a
-        whole time-out per try: without the memory, a hiccup of the member in use would send
-        every client round to it again, each of them past its lease's deadline."""
-        now = time.monotonic()
-        self._failed[index] = now
-        if self.current == index:
-            self.current = next_member(index, self._failed, now, len(self.endpoints))
-
-    async def _move_on(self, index: int) -> None:
-        """That member failed: move to one that answers now. The others are asked for their
-        status at once, for `PROBE` seconds, and the first to answer with a leader is used
-        (a member cut off answers nothing: trying them in turn would cost a time-out each);
-        if none does, the next one that has not failed lately (`_skip`). One probe at a time:
-        calls that failed meanwhile take its choice."""
-        if self.current != index or len(self.endpoints) < 2:
-            self._skip(index)
-            return
-        if self._probing is None:
-            self._probing = anyio.Lock()
-        async with self._probing:
-            if self.current != index:
-                return  # moved on meanwhile
-            found = await self._answering(avoid=index)
-            self._skip(index)
-            if found is not None:
-                self.current = found
-
-    async def _answering(self, avoid: int) -> int | None:
-        """The first member but ``avoid`` to answer a status request with a leader."""
+    async def _send(
+        self, index: int, path: str, body: JSON, timeout: float, token: str, probed: set[int]
+    ) -> JSON:
         import httpx
 
-        wait = httpx.Timeout(PROBE, connect=PROBE)
-        first: list[int] = []
-
-        async def ask(index: int, done: anyio.CancelScope) -> None:
-            with contextlib.suppress(httpx.HTTPError, ssl.SSLError, ValueError):
-                url = f"{self._base(index)}/v3/maintenance/status"
-                response = await self._http.post(
-                    url, json={}, timeout=wait, headers=self._headers()
-                )
-                answer = _decode(response)
-                if response.status_code == 200 and answer and str(answer.get("leader", "0")) != "0":
-                    first.append(index)
-                    done.cancel()
-
-        with anyio.move_on_after(PROBE * 2):
-            async with anyio.create_task_group() as tg:
-                for index in range(len(self.endpoints)):
-                    if index != avoid:
-                        tg.start_soon(ask, index, tg.cancel_scope)
-        return first[0] if first else None
-
-    def _unavailable(self, what: str, problem: str) -> StoreUnavailable:
-        return self.unavailable(f"{what}: {problem}")
-
-    async def call(
-        self, path: str, body: JSON, *, retry: bool = True, timeout: float | None = None
-    ) -> JSON:
-        """POST ``body`` to ``/v3/<path>``, sent again to the next member, for up to ``budget``
-        seconds, while it provably did not apply, or (``retry``: it is idempotent) while no
-        answer came.
-
-        ``timeout``: seconds to wait for one member's answer (default ``request_timeout``).
-        """
-        await self._authenticated()
-        token = self._token
         try:
-            return await self._call(path, body, retry, timeout)
-        except EtcdError as exc:
-            if not token or not _stale_token(str(exc)):
-                raise self._explained(exc, path) from None
-        await self._renew(token)  # refused before it applied: safe to send once more
-        try:
-            return await self._call(path, body, retry, timeout)
-        except EtcdError as exc:
-            raise self._explained(exc, path) from None
+            response = await self._http.post(
+                f"{self._base(index)}/v3/{path}",
+                json=body,
+                timeout=httpx.Timeout(timeout, connect=self.connect_timeout),
+                headers=self._headers(token),
+            )
+        except (httpx.HTTPError, ssl.SSLError) as exc:  # httpx lets some SSL errors out
+            tls = await self._tls_problem(index, exc, probed)
+            not_sent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+            raise Failed(
+                tls or describe(exc),
+                sent=not tls and not isinstance(exc, not_sent),
+                refused=isinstance(exc, httpx.ConnectError) and not tls,
+                tls=tls is not None,
+            ) from None
+        answer = _decode(response)
+        if answer is None:
+            problem = f"HTTP {response.status_code} is not an etcd gateway answer"
+            raise Failed(problem, sent=False)
+        if response.status_code == 200 and not isinstance(answer.get("error"), dict):
+            return answer
+        raise answered(*_error_of(answer))
 
-    def _explained(self, exc: EtcdError, path: str) -> Exception:
-        """``exc`` as the caller should see it: a missing login is one clear line."""
-        if "user name is empty" in str(exc):
-            return self._unavailable(path, "authentication is on: give a user name and password")
-        return exc
-
-    async def _call(
-        self, path: str, body: JSON, retry: bool, timeout: float | None, login: bool = False
-    ) -> JSON:
-        """``call`` with the current token (none if ``login``: authenticating)."""
+    async def _leader_at(self, index: int) -> bool:
         import httpx
 
-        per_member = httpx.Timeout(timeout or self.request_timeout, connect=self.connect_timeout)
-        give_up = time.monotonic() + self.budget
-        failures = 0
-        refused = 0  # consecutive members that refused the connection outright
-        tls_failed = 0  # consecutive members whose TLS handshake failed
-        probed: set[int] = set()  # members probed for a hidden TLS refusal (once per call)
-        rounds = Backoff(0.1, 0.5, jitter=False)  # after each round through every member
-        headers = {} if login else self._headers()
-        while True:
-            index = self.current
-            try:
-                response = await self._http.post(
-                    f"{self._base(index)}/v3/{path}",
-                    json=body,
-                    timeout=per_member,
-                    headers=headers,
-                )
-            except (httpx.HTTPError, ssl.SSLError) as exc:  # httpx lets some SSL errors out
-                tls = await self._tls_problem(index, exc, probed)
-                problem = tls or _describe(exc)
-                tls_failed = tls_failed + 1 if tls else 0
-                if tls_failed >= len(self.endpoints):  # every member: a mistake, not an outage
-                    raise self._unavailable(path, problem) from None
-                sent = not tls and not isinstance(
-                    exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-                )
-                refused = refused + 1 if isinstance(exc, httpx.ConnectError) and not tls else 0
-                if sent and not retry:
-                    raise self._unavailable(path, f"{problem} (outcome unknown)") from None
-            else:
-                refused = tls_failed = 0
-                answer = _decode(response)
-                if answer is None:
-                    problem = f"HTTP {response.status_code} is not an etcd gateway answer"
-                elif response.status_code == 200 and not isinstance(answer.get("error"), dict):
-                    return answer
-                else:
-                    code, problem = _error_of(answer)
-                    if code in DEFINITE_CODES:
-                        raise EtcdError(code, problem)
-                    if not retry and "no leader" not in problem:
-                        raise self._unavailable(path, f"{problem} (outcome unknown)")
-            await self._move_on(index)
-            failures += 1
-            if refused >= 2 * len(self.endpoints) or time.monotonic() > give_up:
-                raise self._unavailable(path, problem)
-            if tls_failed:
-                continue  # the next member at once: TLS failures are not worth waiting out
-            if failures % len(self.endpoints) == 0:  # every member failed once more: back off
-                await rounds.sleep()
-
-    # -- TLS -----------------------------------------------------------------------------
+        with contextlib.suppress(httpx.HTTPError, ssl.SSLError, ValueError):
+            response = await self._http.post(
+                f"{self._base(index)}/v3/maintenance/status",
+                json={},
+                timeout=httpx.Timeout(PROBE, connect=PROBE),
+                headers=self._headers(self._token or ""),
+            )
+            answer = _decode(response)
+            return response.status_code == 200 and answer is not None and _leader(answer)
+        return False
 
     async def _tls_problem(self, index: int, exc: BaseException, probed: set[int]) -> str | None:
         """One line if ``exc`` is (or hides) a TLS failure at member ``index``, else None."""
@@ -279,84 +112,15 @@ class Gateway:
         reason = tls_failure(exc)
         if reason is not None:
             return self._hint(reason)
-        hidden = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
-        if isinstance(exc, hidden) and index not in probed:
-            probed.add(index)
-            return await self._probe(index)  # closed without a word: maybe a TLS refusal
+        if isinstance(exc, (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)):
+            return await self._probed(index, probed)  # closed without a word: a TLS refusal?
         return None
-
-    def _hint(self, reason: str) -> str:
-        if "alert" in reason and self._tls is not None:
-            return f"{reason} (the server refused this client's certificate, or wants one)"
-        return reason
-
-    async def _probe(self, index: int) -> str | None:
-        """Handshake with member ``index`` and wait briefly for an alert: a TLS failure's
-        reason; or, for a plain client, whether the server speaks TLS. None: neither."""
-        host, _, port = self.endpoints[index].rpartition(":")
-        host = host.strip("[]")
-        context = self._tls or _sniffer()
-        try:
-            with anyio.fail_after(self.connect_timeout + _PROBE_WAIT):
-                stream = await anyio.connect_tcp(
-                    host,
-                    int(port),
-                    ssl_context=context,
-                    tls_hostname=host,
-                    tls_standard_compatible=False,  # no close_notify wait on the way out
-                )
-                async with stream:
-                    with anyio.move_on_after(_PROBE_WAIT):
-                        await stream.receive()
-        except Exception as exc:  # any failure: only an SSL error in it tells something
-            reason = tls_failure(exc)
-            if self._tls is not None:
-                return self._hint(reason) if reason else None
-            return _SPEAKS_TLS if reason and "alert" in reason else None
-        return None if self._tls is not None else _SPEAKS_TLS
-
-    # -- authentication ------------------------------------------------------------------
-
-    async def _authenticated(self) -> None:
-        if self._token is None and self._username is not None:
-            await self._renew(None)
-
-    async def _renew(self, stale: str | None) -> None:
-        """A new token, unless another task replaced ``stale`` meanwhile."""
-        if self._auth_lock is None:
-            self._auth_lock = anyio.Lock()
-        async with self._auth_lock:
-            if self._token != stale:
-                return
-            body = {"name": self._username, "password": self._password}
-            try:
-                answer = await self._call("auth/authenticate", body, True, None, login=True)
-            except EtcdError as exc:
-                if "authentication is not enabled" in str(exc):
-                    self._token = ""  # nothing to send; etcd's own client does the same
-                    return
-                if "authentication failed" in str(exc):
-                    where = ", ".join(self.endpoints)
-                    raise StoreUnavailable(
-                        f"etcd authentication failed for user {self._username!r} at {where}:"
-                        " wrong user name or password"
-                    ) from None
-                raise self._unavailable("auth/authenticate", str(exc)) from None
-            self._token = str(answer.get("token") or "")
-            self.authentications += 1
 
     @asynccontextmanager
     async def watch(self, body: JSON) -> AsyncIterator[AsyncIterator[JSON]]:
-        """A watch stream on the current member: yields each ``result`` message after creation.
-
-        The caller bounds the time (no read timeout here). A broken stream ends the iteration
-        (the member is skipped for later calls); the caller simply attempts again. A watch
-        refused for a stale token is opened again once with a new one.
-        """
         import httpx
 
-        with contextlib.suppress(StoreUnavailable):  # the caller's next call will say why
-            await self._authenticated()
+        await self._token_for_watch()
         index = self.current
         results = self._results(body, index)
         try:
@@ -371,28 +135,26 @@ class Gateway:
 
         timeout = httpx.Timeout(None, connect=self.connect_timeout)
         for _ in range(2):
-            token = self._token
+            token = self._token or ""
             async with self._http.stream(
                 "POST",
                 f"{self._base(index)}/v3/watch",
                 json=body,
                 timeout=timeout,
-                headers=self._headers(),
+                headers=self._headers(token),
             ) as response:
                 if response.status_code != 200:
                     self._skip(index)
                     return
                 async for result in _messages(response):
                     reason = str(result.get("cancel_reason") or "")
-                    if result.get("canceled") and token and _stale_token(reason):
+                    if result.get("canceled") and token and stale_token(reason):
                         break  # refused at creation: nothing was watched yet
                     yield result
                 else:
                     return
-            try:
-                await self._renew(token)
-            except StoreUnavailable:
-                return  # the caller's next call will say why
+            if not await self._fresh_token(token):
+                return
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -413,19 +175,8 @@ async def _messages(response: httpx.Response) -> AsyncIterator[JSON]:
         yield result
 
 
-def _stale_token(message: str) -> bool:
-    return any(text in message for text in _STALE_TOKEN)
-
-
-_SPEAKS_TLS = "the server speaks TLS only: connect with tls=true (and ca=<CA file>)"
-
-
-def _sniffer() -> ssl.SSLContext:
-    """A context that only finds out whether a server speaks TLS (nothing is sent over it)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
+def _leader(status: JSON) -> bool:
+    return str(status.get("leader", "0")) != "0"
 
 
 def _decode(response: httpx.Response) -> JSON | None:
@@ -442,8 +193,3 @@ def _error_of(answer: JSON) -> tuple[int, str]:
     if isinstance(error, dict):  # a stream's error message
         return int(error.get("grpc_code", 2)), str(error.get("message") or "error")
     return int(answer.get("code", 2)), str(answer.get("message") or error or "error")
-
-
-def _describe(exc: Exception) -> str:
-    text = " ".join(str(exc).split())  # one line
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

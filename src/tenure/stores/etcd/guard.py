@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .gateway import JSON, Call
 from .keys import b64, prefix_end, range_op
+from .transport import JSON, Call
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from urllib.parse import quote, unquote
 
 from .._kit import parse_owner, parse_revocation, revocation_json
 from .._spi import LockInfo, Revocation
-from .gateway import JSON
+from .transport import JSON
 
 
 def b64(data: bytes | str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .._spi import Record
-from .gateway import JSON, Call
 from .keys import (
     created_at,
     delete_op,
@@ -14,6 +13,7 @@ from .keys import (
     range_op,
     unb64,
 )
+from .transport import JSON, Call
 
 
 class RecordKeys:

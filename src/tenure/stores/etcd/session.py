@@ -15,8 +15,8 @@ import anyio
 from ..._errors import StoreUnavailable
 from .._kit import InDoubt, owner_json, patience
 from .._spi import Holder, Session
-from .gateway import NOT_FOUND, Call, EtcdError, Gateway
 from .keys import Keys, delete_op, leased_to
+from .transport import NOT_FOUND, Call, EtcdError, Transport
 
 
 @dataclass(eq=False)
@@ -84,14 +84,14 @@ class Sessions:
 
     def __init__(
         self,
-        gateway: Gateway,
+        transport: Transport,
         keys: Keys,
         error: Callable[[EtcdError], StoreUnavailable],
         call: Call,
     ) -> None:
         """``error`` translates etcd's definite refusals; ``call`` is the store's own request
         (refusals translated)."""
-        self._gw = gateway
+        self._gw = transport
         self._keys = keys
         self._error = error
         self._call = call

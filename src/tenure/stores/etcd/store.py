@@ -1,4 +1,5 @@
-"""The etcd store: ``etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…]``.
+"""The etcd store: ``etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…]``
+(``&transport=http``: etcd's JSON gateway instead of its gRPC API).
 
 A session is one etcd lease; a lock is a queue of keys on those leases, its holder the key
 created first, the token that key's create revision. How and why: docs/stores/etcd.md.
@@ -19,7 +20,7 @@ import anyio
 
 from ..._errors import LeaseLost, StoreUnavailable
 from ..._names import nesting_problem
-from .._connect import NO_OPTIONS, TLS_OPTIONS, ConnectOptions
+from .._connect import NO_OPTIONS, ConnectOptions
 from .._kit import owner_json, parse_revocation, parse_url, revocation_json
 from .._spi import (
     Busy,
@@ -37,7 +38,8 @@ from .._spi import (
     Store,
     Watch,
 )
-from .gateway import JSON, NOT_FOUND, PERMISSION_DENIED, EtcdError, Gateway
+from .gateway import Gateway
+from .grpc_transport import GrpcTransport, TLSFiles
 from .guard import GuardedTxn, guarded_txn
 from .keys import (
     REVOKED,
@@ -64,18 +66,21 @@ from .keys import (
 )
 from .records import RecordKeys
 from .session import EtcdSession, EtcdTicket, Sessions
+from .transport import JSON, NOT_FOUND, PERMISSION_DENIED, EtcdError, Transport
 from .watch import EtcdWatch
 
 DEFAULT_PORT = 2379
 DEFAULT_NAMESPACE = "tenure"
-USAGE = "etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…]"
+USAGE = "etcd://[user:password@]host:port[,host:port…][/namespace][?tls=…&ca=…&transport=…]"
+TRANSPORTS = ("grpc", "http")
+"""``grpc`` (the default): etcd's gRPC API; ``http``: its JSON gateway (docs/stores/etcd.md)."""
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 _TTL_CACHE = 1024  # holders' leases whose time left is remembered (all forgotten when full)
 
 
 class EtcdStore(Store, Elections, Records, Revocations):
-    """etcd (``etcd://h1:2379,h2:2379/namespace``): correctness-grade, over its JSON
-    gateway; tokens are key revisions."""
+    """etcd (``etcd://h1:2379,h2:2379/namespace``): correctness-grade, over its gRPC API (or
+    its JSON gateway: ``?transport=http``); tokens are key revisions."""
 
     scheme: ClassVar[str] = "etcd"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -96,17 +101,29 @@ class EtcdStore(Store, Elections, Records, Revocations):
         endpoints: list[str],
         namespace: str = DEFAULT_NAMESPACE,
         options: ConnectOptions = NO_OPTIONS,
+        transport: str = "grpc",
     ) -> None:
         self.endpoints = endpoints
         self.namespace = namespace
+        self.transport = transport
+        """``grpc`` or ``http`` (`TRANSPORTS`)."""
         self._keys = Keys(namespace)
         self._options = options
-        self._gw = Gateway(
-            endpoints,
-            tls=options.ssl_context() if options.use_tls else None,
-            username=options.username,
-            password=options.password,
-        )
+        tls = options.ssl_context() if options.use_tls else None
+        self._gw: Transport
+        if transport == "http":
+            self._gw = Gateway(
+                endpoints, tls=tls, username=options.username, password=options.password
+            )
+        else:
+            files = TLSFiles(options.ca, options.cert, options.key) if tls else None
+            self._gw = GrpcTransport(
+                endpoints,
+                tls=tls,
+                tls_files=files,
+                username=options.username,
+                password=options.password,
+            )
         self._sessions = Sessions(self._gw, self._keys, self._error, self._call)
         self._records = RecordKeys(self._keys.records, self._call)
         self.wakeups = 0
@@ -118,9 +135,9 @@ class EtcdStore(Store, Elections, Records, Revocations):
     def from_url(cls, url: str, options: ConnectOptions = NO_OPTIONS) -> EtcdStore:
         checked = parse_url(url, ("etcd",), "etcd", USAGE)
         resolved = checked.resolve(options, pairs=True)
-        if checked.query:
-            option = checked.query[0][0]
-            raise checked.bad(f"unknown option {option!r} (etcd takes {', '.join(TLS_OPTIONS)})")
+        transport = checked.only("transport").get("transport", TRANSPORTS[0])
+        if transport not in TRANSPORTS:
+            raise checked.bad(f"bad transport {transport!r} (grpc or http)")
         endpoints = [f"{h}:{p}" for h, p in checked.hosts(DEFAULT_PORT)]
         namespace = unquote(checked.parts.path).strip("/") or DEFAULT_NAMESPACE
         if not _NAMESPACE.match(namespace):
@@ -128,13 +145,17 @@ class EtcdStore(Store, Elections, Records, Revocations):
         problem = nesting_problem(namespace)
         if problem:
             raise checked.bad(f"bad namespace {namespace!r}: {problem}")
-        return cls(endpoints, namespace, resolved)
+        return cls(endpoints, namespace, resolved, transport)
 
     @property
     def url(self) -> str:
-        """The URL without its password, with the TLS options (file paths, not contents)."""
+        """The URL without its password, with the TLS options (file paths, not contents) and
+        the transport if not the default."""
         base = f"etcd://{self._options.shown_user()}{','.join(self.endpoints)}/{self.namespace}"
-        query = urlencode(self._options.shown(), safe="/")
+        shown = self._options.shown()
+        if self.transport != TRANSPORTS[0]:
+            shown.append(("transport", self.transport))
+        query = urlencode(shown, safe="/")
         return f"{base}?{query}" if query else base
 
     def __repr__(self) -> str:
@@ -174,9 +195,10 @@ class EtcdStore(Store, Elections, Records, Revocations):
             raise self._error(exc) from None
 
     async def request(self, path: str, body: JSON) -> JSON:
-        """One call of etcd's v3 API through this store's own gateway (its members, TLS,
-        authentication and fail-over): ``body`` POSTed to ``/v3/<path>``, e.g. ``"kv/range"``
-        or ``"kv/txn"``, in etcd's JSON (bytes base64, as `b64` makes them; int64s as
+        """One call of etcd's v3 API through this store's own transport (its members, TLS,
+        authentication and fail-over): ``path`` is the gateway's (``body`` POSTed to
+        ``/v3/<path>``, or the gRPC method it stands for), e.g. ``"kv/range"`` or
+        ``"kv/txn"``, ``body`` in etcd's JSON (bytes base64, as `b64` makes them; int64s as
         strings); the answer as etcd gives it.
 
         Like the store's own reads, it is sent again to the next member when no answer came,

@@ -9,11 +9,11 @@ from itertools import groupby
 import anyio
 
 from .._spi import Change, Watch
-from .gateway import JSON
 from .keys import b64, created, lock_info, prefix_end, range_op, unb64
+from .transport import JSON
 
 Stream = Callable[[JSON], AbstractAsyncContextManager[AsyncIterator[JSON]]]
-"""Opens a watch stream (``Gateway.watch``): its ``result`` messages, until it breaks."""
+"""Opens a watch stream (``Transport.watch``): its ``result`` messages, until it breaks."""
 
 
 class EtcdWatch(Watch):
@@ -40,7 +40,7 @@ class EtcdWatch(Watch):
         read: Callable[[JSON], Awaitable[JSON]],
     ) -> None:
         """``kvs`` at ``revision``: the range of ``prefix`` read at subscription; ``watch``
-        opens a watch stream (a gateway's), ``read`` makes one range read."""
+        opens a watch stream (a transport's), ``read`` makes one range read."""
         self._name = name
         self._prefix = prefix
         self._open = watch
@@ -75,7 +75,7 @@ class EtcdWatch(Watch):
                 continue  # applied already (never expected: each stream starts after it)
             for event in group:
                 kv = event["kv"]
-                if event.get("type") == "DELETE":  # PUT is 0, which the gateway omits
+                if event.get("type") == "DELETE":  # PUT is 0, which etcd's JSON omits
                     self._keys.pop(unb64(kv["key"]), None)
                 else:
                     self._keys[unb64(kv["key"])] = kv
