@@ -107,7 +107,14 @@ CYCLE_VARIANTS = {
         "python-etcd3",
     ],
     "postgres": ["tenure-async", "tenure-sync", "pg-floor", "tooz-postgresql"],
-    "zookeeper": ["tenure-async", "tenure-sync", "zk-floor", "kazoo-lock", "tooz-zookeeper"],
+    "zookeeper": [
+        "tenure-async",
+        "tenure-async-nodelay",
+        "tenure-sync",
+        "zk-floor",
+        "kazoo-lock",
+        "tooz-zookeeper",
+    ],
     "redis": [
         "tenure-async",
         "tenure-sync",
@@ -124,7 +131,13 @@ REDIS_PEERS = ["redis-py-lock", "sherlock", "python-redis-lock", "pottery", "too
 CONTEND_VARIANTS = {
     "etcd": ["tenure-sync", "tenure-async", "aetcd", "tooz-etcd3gw", "etcd3gw", "python-etcd3"],
     "postgres": ["tenure-sync", "tenure-async", "tooz-postgresql"],
-    "zookeeper": ["tenure-sync", "tenure-async", "kazoo-lock", "tooz-zookeeper"],
+    "zookeeper": [
+        "tenure-sync",
+        "tenure-async",
+        "tenure-async-nodelay",
+        "kazoo-lock",
+        "tooz-zookeeper",
+    ],
     "redis": ["tenure-sync", "tenure-async", *REDIS_PEERS],
 }
 # tenure-sync keeps the default lock-delay (one TTL): after a crash nobody gets the name for
@@ -136,7 +149,14 @@ FAILOVER_VARIANTS = {
     "zookeeper": [*TENURE_FAILOVER, "kazoo-lock", "tooz-zookeeper"],
     "redis": [*TENURE_FAILOVER, *REDIS_PEERS],
 }
-ASYNC_VARIANTS = {"tenure-async", "aetcd", "etcd-floor", "pg-floor", "redis-floor"}
+ASYNC_VARIANTS = {
+    "tenure-async",
+    "tenure-async-nodelay",
+    "aetcd",
+    "etcd-floor",
+    "pg-floor",
+    "redis-floor",
+}
 PEER_MODULES = {
     "aetcd": "aetcd",
     "etcd3gw": "etcd3gw",
@@ -155,6 +175,7 @@ PEER_MODULES = {
 DESCRIBE = {
     "tenure-async": "async with tenure.connect_async(url): lease = await client.lock(name, "
     "ttl=30).acquire(); await lease.release()",
+    "tenure-async-nodelay": "tenure-async with lock_delay=0 (ZooKeeper: what lock-delay costs)",
     "tenure-sync": "tenure.connect(url); lease = client.lock(name, ttl=30).acquire(); "
     "lease.release()",
     "etcd-floor": "httpx.AsyncClient on the JSON gateway, one etcd lease made up front, 2 txns "
@@ -376,7 +397,10 @@ class TenureAsync:
     async def open(self) -> None:
         import tenure
 
-        self._client = await self._stack.enter_async_context(tenure.connect_async(self._cfg["url"]))
+        delay = 0.0 if self._cfg["variant"] == "tenure-async-nodelay" else None  # None: default
+        self._client = await self._stack.enter_async_context(
+            tenure.connect_async(self._cfg["url"], lock_delay=delay)
+        )
 
     async def acquire(self) -> None:
         self._lease = await self._client.lock(LOCK_NAME, ttl=float(self._cfg["ttl"])).acquire()
@@ -552,7 +576,7 @@ class PgFloor:
 
 
 def make_async_lock(variant: str, cfg: dict[str, Any]) -> AsyncLock:
-    if variant == "tenure-async":
+    if variant in ("tenure-async", "tenure-async-nodelay"):
         return TenureAsync(cfg)
     if variant == "aetcd":
         return AetcdLock(cfg)
