@@ -77,6 +77,7 @@ async def test_token_is_the_czxid_and_grows_across_a_recreated_parent(
         await result(reader.delete_async(parent))  # sequence numbers restart from 0 now
         second = await store.attempt(session, "p", None, False)
         assert isinstance(second, Grant) and second.token > first.token
+        reader.sync_async(parent)  # the reader's server may lag: answered in order, before
         [child] = await result(reader.get_children_async(parent))
         assert child.endswith("-0000000000")
         await store.release(session, "p", second.token)
@@ -92,9 +93,9 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
     assert isinstance(session, ZooKeeperSession)
     try:
         parent, prefix = store.paths.parent("lost"), session.prefix()
-        path, token, _ = await store._enqueue(session, parent, prefix)
+        path, token, _, _ = await store._enqueue(session, "lost", prefix)
         # The same create sent again (as after a connection loss): found, not made twice.
-        again, token_again, children = await store._enqueue(session, parent, prefix, True)
+        again, token_again, children, _ = await store._enqueue(session, "lost", prefix, True)
         assert (again, token_again) == (path, token)
         assert len(children) == 1
         # A create in doubt is cleaned at the next keep-alive.

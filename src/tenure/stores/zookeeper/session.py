@@ -41,6 +41,11 @@ class ZooKeeperSession(Session):
     lock_delay: float = 0.0
     marks: dict[tuple[str, int], int] = field(default_factory=dict)
     """(name, token) → data version of the hold-back marker this session's grant put."""
+    free: set[str] = field(default_factory=set)
+    """Names whose marker this session last saw gone (its own release deleted it, no one
+    waiting): its next attempt on one puts its marker in the multi that creates its node."""
+    alone: set[tuple[str, int]] = field(default_factory=set)
+    """(name, token) of grants that found no one else in the queue."""
     notices: set[str] = field(default_factory=set)
     """The revocation notices the last ``revoked`` returned: acted on, deleted by the next."""
 

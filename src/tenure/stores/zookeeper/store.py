@@ -179,18 +179,25 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         session.held.clear()
         session.in_doubt.clear()
         session.marks.clear()
+        session.free.clear()
+        session.alone.clear()
 
     # -- locks -----------------------------------------------------------------------------
 
     async def _enqueue(
-        self, session: ZooKeeperSession, parent: str, prefix: str, look_first: bool = False
-    ) -> tuple[str, int, list[str]]:
+        self, session: ZooKeeperSession, name: str, prefix: str, look_first: bool = False
+    ) -> tuple[str, int, list[str], holdback.Seen | None]:
         """Create the own node (or find it, if an earlier create with this prefix applied and
-        its answer was lost) → (its path, its czxid, the lock's children after it)."""
+        its answer was lost) → (its path, its czxid, the lock's children after it, the marker
+        as read after it). The three requests go together: one round trip. A session that
+        saw the marker gone at its own release (`holdback.remember`) puts its marker in the
+        multi that creates its node, so that an uncontended grant needs nothing more."""
         k = kazoo()
         client = session.client
+        parent, marker = self.paths.parent(name), self.paths.marker(name)
         call = partial(self._conn.call, session)
         give_up = time.monotonic() + session.ttl
+        ahead = session.lock_delay > 0 and name in session.free
         while True:
             try:
                 if look_first:
@@ -200,19 +207,24 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                         path = f"{parent}/{mine[0]}"
                         stat = await call(partial(client.exists_async, path))
                         if stat is not None:
-                            return path, int(stat.czxid), children
-                # Both sent before either answer: one round trip (answers come in order).
-                create = client.create_async(
-                    f"{parent}/{prefix}",
-                    session.data(),
-                    ephemeral=True,
-                    sequence=True,
-                    include_data=True,
-                )
+                            return path, int(stat.czxid), children, None
+                # Sent before any answer: one round trip (a session's answers come in order).
+                node = f"{parent}/{prefix}"
+                if ahead:
+                    txn = client.transaction()
+                    txn.create(node, session.data(), ephemeral=True, sequence=True)
+                    txn.create(marker, Mark(0, session.lock_delay, attempt=prefix).data())
+                    create = txn.commit_async()
+                else:
+                    create = client.create_async(
+                        node, session.data(), ephemeral=True, sequence=True, include_data=True
+                    )
                 listing = client.get_children_async(parent)
-                path, stat = await call(partial(_same, create))
+                read = client.get_async(marker)
+                created = await call(partial(_same, create))
                 look_first = True  # from here on, a lost answer may hide an applied create
                 children = await call(partial(_same, listing))
+                found = await holdback.seen(self._conn, session, read)
             except k.exceptions.NoNodeError:
                 await self._conn.settled(session, lambda: client.ensure_path_async(parent))
                 continue
@@ -225,34 +237,75 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     raise
                 await anyio.sleep(0.02)
                 continue
+            if ahead:
+                failed = [r for r in created if isinstance(r, k.exceptions.KazooException)]
+                if failed:
+                    if isinstance(created[0], k.exceptions.NoNodeError):
+                        await self._conn.settled(session, lambda: client.ensure_path_async(parent))
+                    holdback.remember(session, name, free=False)  # a marker stands: as usual
+                    ahead = look_first = False
+                    continue
+                path = str(created[0])
+                mark = found.mark
+                if mark is not None and mark.attempt == prefix and not found.stat.version:
+                    return path, int(found.stat.czxid), children, found  # one multi, one zxid
+                stat = await call(partial(client.exists_async, path))  # changed meanwhile
+                if stat is None:
+                    raise Gone  # only the session's end deletes it
+                return path, int(stat.czxid), children, None
+            path, stat = created
             if stat.ephemeralOwner != session.session_id:  # never expected: not our session's
                 await self._conn.delete(session, path)
                 raise Gone
-            return path, int(stat.czxid), children
+            return path, int(stat.czxid), children, found
+
+    async def _recheck(
+        self, session: ZooKeeperSession, name: str, ticket: ZooKeeperTicket
+    ) -> tuple[list[str], holdback.Seen]:
+        """A waiter's listing and the marker, read together (and, with a lock-delay, its
+        marker's create sent ahead of them: usually the waiter is first now)."""
+        k = kazoo()
+        client = session.client
+        parent, marker = self.paths.parent(name), self.paths.marker(name)
+        give_up = time.monotonic() + session.ttl
+        while True:
+            if session.lock_delay:
+                holdback.put_ahead(client, ticket.path, marker, ticket.czxid, session.lock_delay)
+            listing = client.get_children_async(parent)
+            read = client.get_async(marker)
+            try:
+                try:
+                    children = await self._conn.call(session, partial(_same, listing))
+                except k.exceptions.NoNodeError:
+                    children = []
+                return children, await holdback.seen(self._conn, session, read)
+            except NoAccess:
+                raise
+            except StoreUnavailable:
+                if time.monotonic() > give_up:
+                    raise
+                await anyio.sleep(0.02)
 
     async def attempt(
         self, session: Session, name: str, ticket: object | None, enqueue: bool
     ) -> Grant | Busy:
         assert isinstance(session, ZooKeeperSession)
         assert ticket is None or isinstance(ticket, ZooKeeperTicket)
-        k = kazoo()
         parent = self.paths.parent(name)
+        marker = self.paths.marker(name)
         try:
             path: str | None = None
             czxid = 0
+            found: holdback.Seen | None = None
             if ticket is not None:
-                try:
-                    children = await self._conn.settled(
-                        session, lambda: session.client.get_children_async(parent)
-                    )
-                except k.exceptions.NoNodeError:
-                    children = []
+                children, found = await self._recheck(session, name, ticket)
                 if ticket.path.rsplit("/", 1)[1] in children:
                     path, czxid = ticket.path, ticket.czxid
                 else:
                     ticket.path = ""  # deleted under us (by hand?): queue again at the end
+                    found = None
             if path is None:
-                path, czxid, children = await self._enqueue(session, parent, session.prefix())
+                path, czxid, children, found = await self._enqueue(session, name, session.prefix())
                 if ticket is not None:
                     ticket.path, ticket.czxid = path, czxid
             queue = queue_of(children)
@@ -264,14 +317,19 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             if queue[0] == own:
                 # The token is the czxid the create answered. The listing (sent after the
                 # create, or after the wake-up) shows the node first: granted unless held back.
-                marker = self.paths.marker(name)
-                left = await holdback.claim(self._conn, session, marker, name, path, czxid)
+                left = await holdback.claim(self._conn, session, marker, name, path, czxid, found)
                 if left <= 0:
                     session.held[(name, czxid)] = path
+                    if len(queue) == 1:
+                        session.alone.add((name, czxid))
                     return Grant(token=czxid, renewed_session=False)
                 holder = None  # held back: woken if the marker changes, else at ``retry_in``
                 predecessor = marker
             else:
+                if found is not None and found.mark is not None and found.mark.token == czxid:
+                    # Put ahead of this node's turn: taken away, or it would hold the name
+                    # back if this session ended before its turn.
+                    await holdback.take_back(self._conn, session, marker, found.stat)
                 holder = await self._holder(name, parent, queue)
                 predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
             if not waiting:
@@ -301,8 +359,8 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             except k.exceptions.NoNodeError:
                 log = []
             try:
-                mark = Mark.parse((await self._conn.answer(marked))[0])
-                if mark.lock_delay > 0 and mark.token != int(stat.czxid):
+                mark = Mark.parse(*await self._conn.answer(marked))
+                if mark.lock_delay > 0 and mark.token < int(stat.czxid):
                     return None  # held back: the first in line is not granted yet
             except k.exceptions.NoNodeError:
                 pass
@@ -352,14 +410,19 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         if path is None:
             return  # never granted to this session (or released already)
         version = session.marks.get((name, token))
+        alone = (name, token) in session.alone
         with contextlib.suppress(Gone):  # gone: its nodes went with it, its marker stays
             if version is None:
                 await self._conn.delete(session, path)
             else:
                 marker = self.paths.marker(name)
                 await holdback.release_marked(self._conn, session, marker, path, token, version)
+                # Its marker gone with it, and no one was waiting: the next attempt of this
+                # session on the name puts its marker with its node (`_enqueue`).
+                holdback.remember(session, name, free=alone)
         del session.held[(name, token)]
         session.marks.pop((name, token), None)
+        session.alone.discard((name, token))
 
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         k = kazoo()
