@@ -13,6 +13,7 @@ from ..._values import Holder
 from .._kit import InDoubt, patience
 from .._spi import Session
 from .nodes import node_data
+from .transport import waker
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -78,12 +79,26 @@ class ZooKeeperTicket:
     """What `wait` watches, as the last attempt found it: the node before this one in the
     queue, or the hold-back marker when this one is first in line (None: nothing, poll)."""
     left: bool = False
+    armed: bool = False
+    """The last attempt set the watch on ``predecessor``: `wait` awaits its wake-up."""
     event: anyio.Event | None = None
     call: Callable[[Callable[[], object]], None] | None = None
 
     def on_watch(self, _event: object) -> None:  # kazoo's thread: hand over, nothing more
         if self.call is not None:
             self.call(self._wake)
+
+    on_watch.direct = True  # type: ignore[attr-defined]  # run on kazoo's connection thread
+
+    def arm(self) -> anyio.Event:
+        """A new wake-up event, before the watch that sets it is sent."""
+        self.event = anyio.Event()
+        self.call = waker()
+        return self.event
+
+    def wake(self) -> None:
+        """Wake `wait` (on the loop)."""
+        self._wake()
 
     def _wake(self) -> None:
         if self.event is not None:

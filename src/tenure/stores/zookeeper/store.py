@@ -25,7 +25,7 @@ from . import holdback, records, revoke
 from .connections import Connections, NoAccess
 from .nodes import Mark, Paths, encode, lock_info, log_data, queue_of, read_log, value_in
 from .session import Gone, ZooKeeperSession, ZooKeeperTicket
-from .transport import Transport, digest, kazoo, stop, waker
+from .transport import Transport, digest, kazoo, stop
 from .watch import ZooKeeperWatch
 
 if TYPE_CHECKING:
@@ -323,32 +323,54 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     if len(queue) == 1:
                         session.alone.add((name, czxid))
                     return Grant(token=czxid, renewed_session=False)
-                holder = None  # held back: woken if the marker changes, else at ``retry_in``
+                holder: LockInfo | None = None  # held back: woken when the marker changes
                 predecessor = marker
             else:
                 if found is not None and found.mark is not None and found.mark.token == czxid:
                     # Put ahead of this node's turn: taken away, or it would hold the name
                     # back if this session ended before its turn.
                     await holdback.take_back(self._conn, session, marker, found.stat)
-                holder = await self._holder(name, parent, queue)
+                    found = None
                 predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
             if not waiting:
+                if queue[0] != own:
+                    holder = await self._holder(name, parent, queue, session.client, found)
                 await self._conn.delete(session, path)
                 return Busy(holder=holder, ticket=None, retry_in=left)
             if ticket is None:
                 ticket = ZooKeeperTicket(session, name, path, czxid)
             ticket.predecessor = predecessor
+            # The watch is set now, with the holder's reads (one round trip): `wait` awaits it.
+            ticket.arm()
+            armed = session.client.exists_async(predecessor, watch=ticket.on_watch)
+            if queue[0] != own:
+                holder = await self._holder(name, parent, queue, session.client, found)
+            try:
+                if await self._conn.call(session, partial(_same, armed)) is None:
+                    ticket.wake()  # gone already: attempt again at once
+                ticket.armed = True
+            except StoreUnavailable:
+                pass  # `wait` sets the watch again
             return Busy(holder=holder, ticket=ticket, retry_in=left)
         except Gone:
             raise LeaseLost("the ZooKeeper session is gone") from None
 
-    async def _holder(self, name: str, parent: str, queue: list[str]) -> LockInfo | None:
+    async def _holder(
+        self,
+        name: str,
+        parent: str,
+        queue: list[str],
+        client: KazooClient | None = None,
+        found: holdback.Seen | None = None,
+    ) -> LockInfo | None:
         """The holder of ``queue`` (the first node still there), with its proclaimed value;
-        None if the name is held back (the marker stands for another grant)."""
+        None if the name is held back (the marker stands for another grant). Read by
+        ``client`` (the shared reader by default), the marker only if not ``found``."""
         k = kazoo()
-        client = await self._conn.reader()
+        if client is None:
+            client = await self._conn.reader()
         proclaimed = client.get_async(parent)  # sent with the first holder read: one round trip
-        marked = client.get_async(self.paths.marker(name))
+        marked = client.get_async(self.paths.marker(name)) if found is None else None
         for child in queue:
             try:
                 data, stat = await self._conn.answer(client.get_async(f"{parent}/{child}"))
@@ -359,8 +381,9 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             except k.exceptions.NoNodeError:
                 log = []
             try:
-                mark = Mark.parse(*await self._conn.answer(marked))
-                if mark.lock_delay > 0 and mark.token < int(stat.czxid):
+                mark = Mark.parse(*await self._conn.answer(marked)) if marked else None
+                mark = found.mark if found is not None else mark
+                if mark and mark.lock_delay > 0 and mark.token < int(stat.czxid):
                     return None  # held back: the first in line is not granted yet
             except k.exceptions.NoNodeError:
                 pass
@@ -371,9 +394,14 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         assert isinstance(ticket, ZooKeeperTicket)
         predecessor = ticket.predecessor
         with anyio.move_on_after(timeout):
+            event = ticket.event
+            if ticket.armed and event is not None:  # set by the attempt
+                ticket.armed = False
+                await event.wait()
+                self.wakeups += 1
+                return
             if predecessor is not None:
-                ticket.event = anyio.Event()
-                ticket.call = waker()
+                event = ticket.arm()
                 client = ticket.session.client
                 try:
                     stat = await self._conn.call(
@@ -384,7 +412,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     stat = None
                     await anyio.sleep(0.05)  # attempt again soon: it tells what happened
                 if stat is not None:
-                    await ticket.event.wait()
+                    await event.wait()
                     self.wakeups += 1
                 return
             await anyio.sleep(min(timeout, 0.1))

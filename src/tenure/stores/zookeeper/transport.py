@@ -74,10 +74,11 @@ def _stopping(client: KazooClient) -> bool:
 
 
 def direct_results(handler_class: Any) -> Any:
-    """``handler_class`` whose async results run a callback marked ``direct`` on the thread
-    that sets the result (kazoo's connection thread), not through the completion queue's
-    worker thread: one thread crossing less per answer. Only `result`'s callback is marked:
-    it schedules an event on a loop, never blocks, never calls back into kazoo."""
+    """``handler_class`` whose async results and watches run a callback marked ``direct`` on
+    the thread that sets the result or reads the event (kazoo's connection thread), not
+    through a queue's worker thread: one thread crossing less per answer and per wake-up.
+    Only tenure's hand-overs to a loop are marked (`result`'s, a waiter's watch): they
+    schedule a call on a loop, never block, never call back into kazoo."""
     from kazoo.handlers.threading import AsyncResult  # type: ignore[import-untyped,unused-ignore]
 
     class DirectResult(AsyncResult):  # type: ignore[misc]
@@ -101,6 +102,13 @@ def direct_results(handler_class: Any) -> Any:
     class Handler(handler_class):  # type: ignore[misc]
         def async_result(self) -> Any:
             return DirectResult(self)
+
+        # Overridden: every watch goes through the callback queue's thread otherwise (2.11.0).
+        def dispatch_callback(self, callback: Any) -> None:
+            if getattr(callback.func, "direct", False):
+                callback.func(*callback.args)
+            else:
+                super().dispatch_callback(callback)
 
     return Handler
 
