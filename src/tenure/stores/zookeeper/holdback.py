@@ -47,14 +47,36 @@ async def seen(conn: Connections, session: ZooKeeperSession, pending: IAsyncResu
     return Seen(Mark.parse(data, stat), stat)
 
 
-def put_ahead(client: KazooClient, path: str, marker: str, czxid: int, lock_delay: float) -> None:
-    """Send (unawaited: a ``get`` of the marker sent after it tells) the own marker's create,
-    while the own node ``path`` exists: a woken waiter is usually first, and then its grant
-    needs no round trip more. If the marker stands (another grant's) nothing is written."""
+def put_ahead(
+    client: KazooClient, path: str, marker: str, czxid: int, lock_delay: float
+) -> IAsyncResult:
+    """Send the own marker's create, while the own node ``path`` exists: a woken waiter is
+    usually first, and then its grant needs no round trip more. If a marker stands (another
+    grant's), nothing is written. Its answer goes to `put`."""
     txn = client.transaction()
     txn.check(path, -1)
     txn.create(marker, Mark(czxid, lock_delay).data())
-    txn.commit_async()
+    return txn.commit_async()
+
+
+def made_by(found: Seen, attempt: str) -> bool:
+    """Whether the marker as ``found`` is still as the create of ``attempt`` made it (its
+    czxid then is the attempt's node's: one multi, one zxid)."""
+    mark = found.mark
+    return mark is not None and mark.attempt == attempt and not found.stat.version
+
+
+class _Created:
+    version = 0
+    """A node's data version when it was just created."""
+
+
+def put(czxid: int, lock_delay: float, results: list[Any]) -> Seen | None:
+    """The own marker, if `put_ahead`'s multi (answered ``results``) made it; else None: a
+    marker stands (or the own node is gone), to be read."""
+    if any(isinstance(r, Exception) for r in results):
+        return None
+    return Seen(Mark(czxid, lock_delay), _Created())
 
 
 async def claim(

@@ -45,6 +45,9 @@ class ZooKeeperSession(Session):
     free: set[str] = field(default_factory=set)
     """Names whose marker this session last saw gone (its own release deleted it, no one
     waiting): its next attempt on one puts its marker in the multi that creates its node."""
+    crowded: set[str] = field(default_factory=set)
+    """Names whose queue this session last found others in, ahead of it: its next attempt
+    does not read the marker with its create (it matters to the first in line only)."""
     alone: set[tuple[str, int]] = field(default_factory=set)
     """(name, token) of grants that found no one else in the queue."""
     notices: set[str] = field(default_factory=set)

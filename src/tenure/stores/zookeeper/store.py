@@ -181,6 +181,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         session.marks.clear()
         session.free.clear()
         session.alone.clear()
+        session.crowded.clear()
 
     # -- locks -----------------------------------------------------------------------------
 
@@ -220,11 +221,13 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                         node, session.data(), ephemeral=True, sequence=True, include_data=True
                     )
                 listing = client.get_children_async(parent)
-                read = client.get_async(marker)
+                # The marker matters to the first in line only: not read where this session
+                # last found others queued (if first after all, `holdback.claim` reads it).
+                read = client.get_async(marker) if ahead or name not in session.crowded else None
                 created = await call(partial(_same, create))
                 look_first = True  # from here on, a lost answer may hide an applied create
                 children = await call(partial(_same, listing))
-                found = await holdback.seen(self._conn, session, read)
+                found = None if read is None else await holdback.seen(self._conn, session, read)
             except k.exceptions.NoNodeError:
                 await self._conn.settled(session, lambda: client.ensure_path_async(parent))
                 continue
@@ -246,8 +249,13 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     ahead = look_first = False
                     continue
                 path = str(created[0])
-                mark = found.mark
-                if mark is not None and mark.attempt == prefix and not found.stat.version:
+                mark = found.mark if found is not None else None
+                if (
+                    found is not None
+                    and mark is not None
+                    and mark.attempt == prefix
+                    and not found.stat.version
+                ):
                     return path, int(found.stat.czxid), children, found  # one multi, one zxid
                 stat = await call(partial(client.exists_async, path))  # changed meanwhile
                 if stat is None:
@@ -261,24 +269,32 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
 
     async def _recheck(
         self, session: ZooKeeperSession, name: str, ticket: ZooKeeperTicket
-    ) -> tuple[list[str], holdback.Seen]:
-        """A waiter's listing and the marker, read together (and, with a lock-delay, its
-        marker's create sent ahead of them: usually the waiter is first now)."""
+    ) -> tuple[list[str], holdback.Seen | None]:
+        """A waiter's listing, sent with the marker's read, or with a lock-delay with the own
+        marker's create (usually the waiter is first now: its grant then needs nothing more;
+        None: the marker stands, `holdback.claim` reads it)."""
         k = kazoo()
         client = session.client
         parent, marker = self.paths.parent(name), self.paths.marker(name)
         give_up = time.monotonic() + session.ttl
         while True:
-            if session.lock_delay:
-                holdback.put_ahead(client, ticket.path, marker, ticket.czxid, session.lock_delay)
+            delay = session.lock_delay
+            if delay:
+                pending = holdback.put_ahead(client, ticket.path, marker, ticket.czxid, delay)
+            else:
+                pending = client.get_async(marker)
             listing = client.get_children_async(parent)
-            read = client.get_async(marker)
             try:
+                if delay:
+                    put = await self._conn.call(session, partial(_same, pending))
+                    found = holdback.put(ticket.czxid, delay, put)
+                else:
+                    found = await holdback.seen(self._conn, session, pending)
                 try:
                     children = await self._conn.call(session, partial(_same, listing))
                 except k.exceptions.NoNodeError:
                     children = []
-                return children, await holdback.seen(self._conn, session, read)
+                return children, found
             except NoAccess:
                 raise
             except StoreUnavailable:
@@ -322,6 +338,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     session.held[(name, czxid)] = path
                     if len(queue) == 1:
                         session.alone.add((name, czxid))
+                        session.crowded.discard(name)
                     return Grant(token=czxid, renewed_session=False)
                 holder: LockInfo | None = None  # held back: woken when the marker changes
                 predecessor = marker
@@ -332,6 +349,9 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     await holdback.take_back(self._conn, session, marker, found.stat)
                     found = None
                 predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
+                if len(session.crowded) >= _LOG_CACHE:
+                    session.crowded.clear()
+                session.crowded.add(name)
             if not waiting:
                 if queue[0] != own:
                     holder = await self._holder(name, parent, queue, session.client, found)
