@@ -98,9 +98,9 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
     assert isinstance(session, ZooKeeperSession)
     try:
         parent, prefix = store.paths.parent("lost"), session.prefix()
-        path, token, _, _ = await store._enqueue(session, "lost", prefix)
+        path, token, _, _, _ = await store._enqueue(session, "lost", prefix)
         # The same create sent again (as after a connection loss): found, not made twice.
-        again, token_again, children, _ = await store._enqueue(session, "lost", prefix, True)
+        again, token_again, children, _, _ = await store._enqueue(session, "lost", prefix, True)
         assert (again, token_again) == (path, token)
         assert len(children) == 1
         # A create in doubt is cleaned at the next keep-alive.

@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlencode
 
 import anyio
@@ -187,12 +187,12 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
 
     async def _enqueue(
         self, session: ZooKeeperSession, name: str, prefix: str, look_first: bool = False
-    ) -> tuple[str, int, list[str], holdback.Seen | None]:
+    ) -> tuple[str, int, list[str], holdback.Seen | None, Any]:
         """Create the own node (or find it, if an earlier create with this prefix applied and
         its answer was lost) → (its path, its czxid, the lock's children after it, the marker
-        as read after it). The three requests go together: one round trip. A session that
-        saw the marker gone at its own release (`holdback.remember`) puts its marker in the
-        multi that creates its node, so that an uncontended grant needs nothing more."""
+        as read after it, the parent's stat as listed). The requests go together: one round
+        trip. A session that saw the marker gone at its own release (`holdback.remember`) puts
+        its marker in the multi that creates its node: an uncontended grant needs no more."""
         k = kazoo()
         client = session.client
         parent, marker = self.paths.parent(name), self.paths.marker(name)
@@ -208,7 +208,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                         path = f"{parent}/{mine[0]}"
                         stat = await call(partial(client.exists_async, path))
                         if stat is not None:
-                            return path, int(stat.czxid), children, None
+                            return path, int(stat.czxid), children, None, None
                 # Sent before any answer: one round trip (a session's answers come in order).
                 node = f"{parent}/{prefix}"
                 if ahead:
@@ -220,13 +220,13 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     create = client.create_async(
                         node, session.data(), ephemeral=True, sequence=True, include_data=True
                     )
-                listing = client.get_children_async(parent)
+                listing = client.get_children_async(parent, include_data=True)
                 # The marker matters to the first in line only: not read where this session
                 # last found others queued (if first after all, `holdback.claim` reads it).
                 read = client.get_async(marker) if ahead or name not in session.crowded else None
                 created = await call(partial(_same, create))
                 look_first = True  # from here on, a lost answer may hide an applied create
-                children = await call(partial(_same, listing))
+                children, listed = await call(partial(_same, listing))
                 found = None if read is None else await holdback.seen(self._conn, session, read)
             except k.exceptions.NoNodeError:
                 await self._conn.settled(session, lambda: client.ensure_path_async(parent))
@@ -249,27 +249,21 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     ahead = look_first = False
                     continue
                 path = str(created[0])
-                mark = found.mark if found is not None else None
-                if (
-                    found is not None
-                    and mark is not None
-                    and mark.attempt == prefix
-                    and not found.stat.version
-                ):
-                    return path, int(found.stat.czxid), children, found  # one multi, one zxid
+                if found is not None and holdback.made_by(found, prefix):
+                    return path, int(found.stat.czxid), children, found, listed  # one zxid
                 stat = await call(partial(client.exists_async, path))  # changed meanwhile
                 if stat is None:
                     raise Gone  # only the session's end deletes it
-                return path, int(stat.czxid), children, None
+                return path, int(stat.czxid), children, None, listed
             path, stat = created
             if stat.ephemeralOwner != session.session_id:  # never expected: not our session's
                 await self._conn.delete(session, path)
                 raise Gone
-            return path, int(stat.czxid), children, found
+            return path, int(stat.czxid), children, found, listed
 
     async def _recheck(
         self, session: ZooKeeperSession, name: str, ticket: ZooKeeperTicket
-    ) -> tuple[list[str], holdback.Seen | None]:
+    ) -> tuple[list[str], holdback.Seen | None, Any]:
         """A waiter's listing, sent with the marker's read, or with a lock-delay with the own
         marker's create (usually the waiter is first now: its grant then needs nothing more;
         None: the marker stands, `holdback.claim` reads it)."""
@@ -283,7 +277,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                 pending = holdback.put_ahead(client, ticket.path, marker, ticket.czxid, delay)
             else:
                 pending = client.get_async(marker)
-            listing = client.get_children_async(parent)
+            listing = client.get_children_async(parent, include_data=True)
             try:
                 if delay:
                     put = await self._conn.call(session, partial(_same, pending))
@@ -291,10 +285,10 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                 else:
                     found = await holdback.seen(self._conn, session, pending)
                 try:
-                    children = await self._conn.call(session, partial(_same, listing))
+                    children, listed = await self._conn.call(session, partial(_same, listing))
                 except k.exceptions.NoNodeError:
-                    children = []
-                return children, found
+                    children, listed = [], None
+                return children, found, listed
             except NoAccess:
                 raise
             except StoreUnavailable:
@@ -314,14 +308,16 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             czxid = 0
             found: holdback.Seen | None = None
             if ticket is not None:
-                children, found = await self._recheck(session, name, ticket)
+                children, found, listed = await self._recheck(session, name, ticket)
                 if ticket.path.rsplit("/", 1)[1] in children:
                     path, czxid = ticket.path, ticket.czxid
                 else:
                     ticket.path = ""  # deleted under us (by hand?): queue again at the end
                     found = None
             if path is None:
-                path, czxid, children, found = await self._enqueue(session, name, session.prefix())
+                path, czxid, children, found, listed = await self._enqueue(
+                    session, name, session.prefix()
+                )
                 if ticket is not None:
                     ticket.path, ticket.czxid = path, czxid
             queue = queue_of(children)
@@ -354,7 +350,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                 session.crowded.add(name)
             if not waiting:
                 if queue[0] != own:
-                    holder = await self._holder(name, parent, queue, session.client, found)
+                    holder = await self._holder(name, parent, queue, session.client, found, listed)
                 await self._conn.delete(session, path)
                 return Busy(holder=holder, ticket=None, retry_in=left)
             if ticket is None:
@@ -364,7 +360,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             ticket.arm()
             armed = session.client.exists_async(predecessor, watch=ticket.on_watch)
             if queue[0] != own:
-                holder = await self._holder(name, parent, queue, session.client, found)
+                holder = await self._holder(name, parent, queue, session.client, found, listed)
             try:
                 if await self._conn.call(session, partial(_same, armed)) is None:
                     ticket.wake()  # gone already: attempt again at once
@@ -382,14 +378,18 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         queue: list[str],
         client: KazooClient | None = None,
         found: holdback.Seen | None = None,
+        listed: Any = None,
     ) -> LockInfo | None:
         """The holder of ``queue`` (the first node still there), with its proclaimed value;
         None if the name is held back (the marker stands for another grant). Read by
-        ``client`` (the shared reader by default), the marker only if not ``found``."""
+        ``client`` (the shared reader by default), the marker only if not ``found``, the
+        parent's values only if its stat as ``listed`` with the queue shows any."""
         k = kazoo()
         if client is None:
             client = await self._conn.reader()
-        proclaimed = client.get_async(parent)  # sent with the first holder read: one round trip
+        # Sent with the first holder read: one round trip.
+        empty = listed is not None and not listed.dataLength
+        proclaimed = None if empty else client.get_async(parent)
         marked = client.get_async(self.paths.marker(name)) if found is None else None
         for child in queue:
             try:
@@ -397,7 +397,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             except k.exceptions.NoNodeError:
                 continue  # released meanwhile: the next one holds
             try:
-                log = read_log((await self._conn.answer(proclaimed))[0])
+                log = read_log((await self._conn.answer(proclaimed))[0]) if proclaimed else []
             except k.exceptions.NoNodeError:
                 log = []
             try:
