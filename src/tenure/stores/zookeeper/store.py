@@ -475,15 +475,19 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         k = kazoo()
         root = self.paths.root
+        # After a sync (answered first: no round trip more), so the reader's server has applied
+        # every write committed before, another client's grant and proclaimed value included.
         if name is None:
             try:
-                encoded = await self._conn.read(lambda c: c.get_children_async(root))
+                encoded = await self._conn.synced_read(lambda c: c.get_children_async(root))
             except k.exceptions.NoNodeError:
                 return []
         else:
             encoded = [encode(name)]
         encoded = [e for e in encoded if unquote(e).startswith(prefix)]
         client = await self._conn.reader()
+        if name is not None:
+            client.sync_async(root)
         # All listings sent at once, then all holders: two round trips whatever the count.
         listings = [client.get_children_async(f"{root}/{e}") for e in encoded]
         queues: dict[str, list[str]] = {}
