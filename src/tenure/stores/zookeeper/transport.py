@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
 
 
+_KAZOO: list[Any] = []
+
+
 def kazoo() -> Any:
     """The kazoo package, imported on first use (only users of this store need it)."""
+    if _KAZOO:
+        return _KAZOO[0]  # called for every answer: no import statements each time
     try:
         import kazoo.client  # type: ignore[import-untyped]
         import kazoo.exceptions  # type: ignore[import-untyped]
@@ -38,6 +43,7 @@ def kazoo() -> Any:
         raise InvalidArgument(
             "the zookeeper store needs kazoo: pip install 'tenure[zookeeper]'"
         ) from None
+    _KAZOO.append(kazoo)
     return kazoo
 
 
