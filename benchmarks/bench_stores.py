@@ -109,7 +109,14 @@ CYCLE_VARIANTS = {
         "python-etcd3",
     ],
     "postgres": ["tenure-async", "tenure-sync", "pg-floor", "tooz-postgresql"],
-    "zookeeper": ["tenure-async", "tenure-sync", "zk-floor", "kazoo-lock", "tooz-zookeeper"],
+    "zookeeper": [
+        "tenure-async",
+        "tenure-async-nodelay",
+        "tenure-sync",
+        "zk-floor",
+        "kazoo-lock",
+        "tooz-zookeeper",
+    ],
     "redis": [
         "tenure-async",
         "tenure-sync",
@@ -134,7 +141,13 @@ CONTEND_VARIANTS = {
         "python-etcd3",
     ],
     "postgres": ["tenure-sync", "tenure-async", "tooz-postgresql"],
-    "zookeeper": ["tenure-sync", "tenure-async", "kazoo-lock", "tooz-zookeeper"],
+    "zookeeper": [
+        "tenure-sync",
+        "tenure-async",
+        "tenure-async-nodelay",
+        "kazoo-lock",
+        "tooz-zookeeper",
+    ],
     "redis": ["tenure-sync", "tenure-async", *REDIS_PEERS],
 }
 # tenure-sync keeps the default lock-delay (one TTL): after a crash nobody gets the name for
@@ -147,8 +160,8 @@ FAILOVER_VARIANTS = {
     "redis": [*TENURE_FAILOVER, *REDIS_PEERS],
 }
 ASYNC_VARIANTS = {
-    *("tenure-async", "tenure-async-http", "aetcd", "etcd-grpc-floor", "etcd-floor"),
-    *("pg-floor", "redis-floor"),
+    *("tenure-async", "tenure-async-http", "tenure-async-nodelay", "aetcd"),
+    *("etcd-grpc-floor", "etcd-floor", "pg-floor", "redis-floor"),
 }
 PEER_MODULES = {
     "aetcd": "aetcd",
@@ -168,6 +181,7 @@ PEER_MODULES = {
 DESCRIBE = {
     "tenure-async": "async with tenure.connect_async(url): lease = await client.lock(name, "
     "ttl=30).acquire(); await lease.release()",
+    "tenure-async-nodelay": "tenure-async with lock_delay=0 (ZooKeeper: what lock-delay costs)",
     "tenure-sync": "tenure.connect(url); lease = client.lock(name, ttl=30).acquire(); "
     "lease.release()",
     "tenure-async-http": "tenure-async on etcd's JSON gateway (etcd://..?transport=http)",
@@ -391,7 +405,10 @@ class TenureAsync:
     async def open(self) -> None:
         import tenure
 
-        self._client = await self._stack.enter_async_context(tenure.connect_async(self._cfg["url"]))
+        delay = 0.0 if self._cfg["variant"] == "tenure-async-nodelay" else None  # None: default
+        self._client = await self._stack.enter_async_context(
+            tenure.connect_async(self._cfg["url"], lock_delay=delay)
+        )
 
     async def acquire(self) -> None:
         self._lease = await self._client.lock(LOCK_NAME, ttl=float(self._cfg["ttl"])).acquire()
@@ -634,7 +651,7 @@ class PgFloor:
 
 
 def make_async_lock(variant: str, cfg: dict[str, Any]) -> AsyncLock:
-    if variant == "tenure-async":
+    if variant in ("tenure-async", "tenure-async-nodelay"):
         return TenureAsync(cfg)
     if variant == "tenure-async-http":
         return TenureAsync({**cfg, "url": cfg["url"] + "?transport=http"})

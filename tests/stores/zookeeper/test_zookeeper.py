@@ -8,7 +8,8 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -18,9 +19,13 @@ from tenure import InvalidArgument
 from tenure._url import open_store
 from tenure.stores._spi import Busy, Grant, Holder
 from tenure.stores.zookeeper import ZooKeeperStore
+from tenure.stores.zookeeper.nodes import Mark
 from tenure.stores.zookeeper.server import ZooKeeperEnsemble
 from tenure.stores.zookeeper.session import ZooKeeperSession
 from tenure.stores.zookeeper.transport import result, server_port
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 pytestmark = pytest.mark.anyio
 OWNER = Holder("test", os.getpid(), "zk")
@@ -77,6 +82,7 @@ async def test_token_is_the_czxid_and_grows_across_a_recreated_parent(
         await result(reader.delete_async(parent))  # sequence numbers restart from 0 now
         second = await store.attempt(session, "p", None, False)
         assert isinstance(second, Grant) and second.token > first.token
+        reader.sync_async(parent)  # the reader's server may lag: answered in order, before
         [child] = await result(reader.get_children_async(parent))
         assert child.endswith("-0000000000")
         await store.release(session, "p", second.token)
@@ -92,9 +98,9 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
     assert isinstance(session, ZooKeeperSession)
     try:
         parent, prefix = store.paths.parent("lost"), session.prefix()
-        path, token, _ = await store._enqueue(session, parent, prefix)
+        path, token, _, _, _ = await store._enqueue(session, "lost", prefix)
         # The same create sent again (as after a connection loss): found, not made twice.
-        again, token_again, children = await store._enqueue(session, parent, prefix, True)
+        again, token_again, children, _, _ = await store._enqueue(session, "lost", prefix, True)
         assert (again, token_again) == (path, token)
         assert len(children) == 1
         # A create in doubt is cleaned at the next keep-alive.
@@ -207,17 +213,65 @@ async def test_the_hold_back_marker_comes_with_the_grant_and_goes_with_the_relea
         await store.close_session(session)
         assert await result(reader.exists_async(marker)) is None
         dead = await store.open_session(1, OWNER, 2.0)
+        before = await store.attempt(dead, "m", None, False)
+        assert isinstance(before, Grant)
+        await store.release(dead, "m", before.token)
+        # Released with no one waiting: the next grant's marker comes in its node's multi,
+        # naming the attempt; its token is its own czxid, which is the node's.
         granted = await store.attempt(dead, "m", None, False)
         assert isinstance(granted, Grant)
+        data, stat = await result(reader.get_async(marker))
+        assert "token" not in json.loads(data) and json.loads(data)["attempt"]
+        assert stat.czxid == granted.token == Mark.parse(data, stat).token
         with anyio.fail_after(5):  # never kept alive: the ensemble expires it
             while await store.locks("m"):
                 await anyio.sleep(0.05)
         [held] = await store.lock_delays()
         assert (held.name, held.token) == ("m", granted.token) and 1.8 < held.free_in <= 2.0
         data, _ = await result(reader.get_async(marker))
-        assert json.loads(data)["noticed"] is True
+        assert json.loads(data)["noticed"] is True and json.loads(data)["token"] == granted.token
         await store.close_session(dead)
     finally:
+        await store.aclose()
+
+
+async def synced(reader: KazooClient, request: Callable[[str], Any], path: str) -> Any:
+    """``request(path)`` on the reader after a ``sync`` (answered in order): its server may lag
+    behind the session's."""
+    reader.sync_async(path)
+    return await result(request(path))
+
+
+async def test_a_marker_put_ahead_of_its_turn_is_taken_back(zookeeper_store_url: str) -> None:
+    """A woken waiter with a lock-delay sends its marker's create with its listing; if others
+    are still ahead (here a holder without lock-delay, which puts no marker), the marker is
+    deleted again, and the waiter's own grant later puts it for real."""
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    reader = await store.reader()
+    marker = store.paths.marker("w")
+    plain = await store.open_session(5, OWNER)
+    delayed = await store.open_session(5, OWNER, 2.0)
+    try:
+        held = await store.attempt(plain, "w", None, False)
+        assert isinstance(held, Grant)
+        busy = await store.attempt(delayed, "w", None, True)
+        assert isinstance(busy, Busy) and busy.holder is not None
+        again = await store.attempt(delayed, "w", busy.ticket, True)  # as after a wake-up
+        assert isinstance(again, Busy) and again.holder is not None
+        assert again.holder.token == held.token
+        assert await synced(reader, reader.exists_async, marker) is None
+        assert await store.lock_delays() == []
+        await store.release(plain, "w", held.token)
+        granted = await store.attempt(delayed, "w", again.ticket, True)
+        assert isinstance(granted, Grant)
+        data, stat = await synced(reader, reader.get_async, marker)
+        assert Mark.parse(data, stat).token == granted.token
+        await store.release(delayed, "w", granted.token)
+        assert await synced(reader, reader.exists_async, marker) is None
+    finally:
+        await store.close_session(plain)
+        await store.close_session(delayed)
         await store.aclose()
 
 

@@ -164,25 +164,31 @@ class Connections:
         """One request on the session, answered within its patience. Raises `Gone` if the
         session expired, ``StoreUnavailable`` on connection loss or no answer (then the
         connection is dropped, so kazoo tries the next server with the same session)."""
-        k = kazoo()
         if session.gone or session.closed:
             raise Gone
         pending = request()
+        if pending.ready():  # sent with an earlier request whose answer was awaited
+            return await self._answered(session, pending)
         with anyio.move_on_after(session.patience):
-            try:
-                return await result(pending)
-            except k.exceptions.SessionExpiredError:
-                raise Gone from None
-            except (k.exceptions.ConnectionLoss, k.exceptions.ConnectionClosedError) as exc:
-                if session.gone or session.closed:
-                    raise Gone from None
-                raise self.unavailable(f"connection lost ({type(exc).__name__})") from None
-            except k.exceptions.OperationTimeoutError:
-                raise self.unavailable("operation timed out") from None
-            except k.exceptions.NoAuthError:
-                raise self.denied(self.paths.chroot) from None
+            return await self._answered(session, pending)
         self._unstick(session.client)  # stuck on a server that does not answer (paused, cut)
         raise self.unavailable(f"no answer within {session.patience:.2g}s")
+
+    async def _answered(self, session: ZooKeeperSession, pending: IAsyncResult) -> Any:
+        """The answer to a session's request, its errors said as `call` says them."""
+        k = kazoo()
+        try:
+            return await result(pending)
+        except k.exceptions.SessionExpiredError:
+            raise Gone from None
+        except (k.exceptions.ConnectionLoss, k.exceptions.ConnectionClosedError) as exc:
+            if session.gone or session.closed:
+                raise Gone from None
+            raise self.unavailable(f"connection lost ({type(exc).__name__})") from None
+        except k.exceptions.OperationTimeoutError:
+            raise self.unavailable("operation timed out") from None
+        except k.exceptions.NoAuthError:
+            raise self.denied(self.paths.chroot) from None
 
     async def settled(self, session: ZooKeeperSession, request: Callable[[], IAsyncResult]) -> Any:
         """An idempotent request, sent again through connection losses for up to the session's

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -25,14 +25,73 @@ Call = Callable[[Callable[["KazooClient"], "IAsyncResult"]], Awaitable[Any]]
 
 RETRY = 0.05
 """Seconds before attempting again after a marker changed under an attempt."""
+FREE_CACHE = 1024
+"""Names a session remembers as having no marker (`remember`)."""
+
+
+@dataclass
+class Seen:
+    """The marker as a read sent with the attempt's other requests found it (None: absent)."""
+
+    mark: Mark | None
+    stat: Any
+
+
+async def seen(conn: Connections, session: ZooKeeperSession, pending: IAsyncResult) -> Seen:
+    """The answer to a ``get`` of the marker sent on the session's connection."""
+    k = kazoo()
+    try:
+        data, stat = await conn.call(session, lambda: pending)
+    except k.exceptions.NoNodeError:
+        return Seen(None, None)
+    return Seen(Mark.parse(data, stat), stat)
+
+
+def put_ahead(
+    client: KazooClient, path: str, marker: str, czxid: int, lock_delay: float
+) -> IAsyncResult:
+    """Send the own marker's create, while the own node ``path`` exists: a woken waiter is
+    usually first, and then its grant needs no round trip more. If a marker stands (another
+    grant's), nothing is written. Its answer goes to `put`."""
+    txn = client.transaction()
+    txn.check(path, -1)
+    txn.create(marker, Mark(czxid, lock_delay).data())
+    return txn.commit_async()
+
+
+def made_by(found: Seen, attempt: str) -> bool:
+    """Whether the marker as ``found`` is still as the create of ``attempt`` made it (its
+    czxid then is the attempt's node's: one multi, one zxid)."""
+    mark = found.mark
+    return mark is not None and mark.attempt == attempt and not found.stat.version
+
+
+class _Created:
+    version = 0
+    """A node's data version when it was just created."""
+
+
+def put(czxid: int, lock_delay: float, results: list[Any]) -> Seen | None:
+    """The own marker, if `put_ahead`'s multi (answered ``results``) made it; else None: a
+    marker stands (or the own node is gone), to be read."""
+    if any(isinstance(r, Exception) for r in results):
+        return None
+    return Seen(Mark(czxid, lock_delay), _Created())
 
 
 async def claim(
-    conn: Connections, session: ZooKeeperSession, marker: str, name: str, path: str, czxid: int
+    conn: Connections,
+    session: ZooKeeperSession,
+    marker: str,
+    name: str,
+    path: str,
+    czxid: int,
+    found: Seen | None = None,
 ) -> float:
     """0 if the session, first in line with its node ``path`` (created at ``czxid``), is
     granted ``name`` now: its own marker put if it has a lock-delay, a spent one taken
-    away. Else the seconds another grant's marker still holds the name back."""
+    away. Else the seconds another grant's marker still holds the name back. ``found``: the
+    marker as read with the attempt's other requests (None: read it here)."""
     k = kazoo()
     client = session.client
 
@@ -41,20 +100,27 @@ async def claim(
 
     ours = Mark(czxid, session.lock_delay).data()
     for _ in range(3):
-        try:
-            data, stat = await call(lambda c: c.get_async(marker))
-            mark: Mark | None = Mark.parse(data)
-        except k.exceptions.NoNodeError:
-            stat = mark = None
+        if found is None:
+            try:
+                data, stat = await call(lambda c: c.get_async(marker))
+                found = Seen(Mark.parse(data, stat), stat)
+            except k.exceptions.NoNodeError:
+                found = Seen(None, None)
+        mark, stat = found.mark, found.stat
+        found = None
         if mark is not None and mark.token == czxid:
-            session.marks[(name, czxid)] = int(stat.version)  # put by our own multi
+            session.marks[(name, czxid)] = int(stat.version)  # put with the node, or ahead
             return 0.0
         if mark is not None:
+            remember(session, name, free=False)
+        if mark is not None and mark.token < czxid:  # its grant's node is gone: we are first
             left = await time_left(call, conn.paths, marker, mark, stat)
             if left > 0:
                 return left
         elif not session.lock_delay:
-            return 0.0  # nothing to put; only the first in line (this one) puts markers
+            # Absent, or a later node's (a waiter's put ahead of its turn): nothing to put,
+            # and only a first in line (this one) takes markers away.
+            return 0.0
 
         def multi(stat: Any = stat) -> IAsyncResult:
             # Only while the own node exists, over the marker as read (or its absence).
@@ -77,6 +143,25 @@ async def claim(
             break  # the own node is gone: the next attempt queues again (or finds it gone)
         # The marker changed meanwhile (or this multi applied, its answer lost): read again.
     return RETRY
+
+
+async def take_back(conn: Connections, session: ZooKeeperSession, marker: str, stat: Any) -> None:
+    """Delete the own marker put ahead of the own node's turn (at ``stat``, as read): the
+    node is not first. A marker changed since is another's, and stays."""
+    k = kazoo()
+    with contextlib.suppress(k.exceptions.NoNodeError, k.exceptions.BadVersionError):
+        await conn.settled(session, lambda: session.client.delete_async(marker, stat.version))
+
+
+def remember(session: ZooKeeperSession, name: str, free: bool) -> None:
+    """Note whether ``name``'s marker was last seen absent: the session's next attempt on it
+    then creates its node and its marker in one multi."""
+    if free:
+        if len(session.free) >= FREE_CACHE:
+            session.free.clear()
+        session.free.add(name)
+    else:
+        session.free.discard(name)
 
 
 async def time_left(call: Call, paths: Paths, marker: str, mark: Mark, stat: Any) -> float:
@@ -126,7 +211,7 @@ async def release_marked(
         data, stat = await conn.settled(session, lambda: client.get_async(marker))
     except k.exceptions.NoNodeError:
         return
-    mark = Mark.parse(data)
+    mark = Mark.parse(data, stat)
     if mark.token == token and mark.revoked is None:  # a revoked grant's stays: its delay holds
         with contextlib.suppress(k.exceptions.NoNodeError, k.exceptions.BadVersionError):
             await conn.settled(session, lambda: client.delete_async(marker, stat.version))
@@ -157,15 +242,15 @@ async def lock_delays(conn: Connections, name: str | None = None) -> list[LockDe
             data, stat = await conn.answer(marked)
         except k.exceptions.NoNodeError:
             continue
-        mark = Mark.parse(data)
+        mark = Mark.parse(data, stat)
         try:
             queue = queue_of(await conn.answer(listing))
         except k.exceptions.NoNodeError:
             queue = []
         if queue:
             first = await conn.answer(client.exists_async(f"{root}/{enc}/{queue[0]}"))
-            if first is not None and int(first.czxid) == mark.token:
-                continue  # its grant still holds
+            if first is not None and int(first.czxid) <= mark.token:
+                continue  # its grant still holds (or a waiter's, put ahead of its turn)
         left = await time_left(conn.read, conn.paths, f"{root}/{enc}{MARK}", mark, stat)
         if left > 0:
             found.append(LockDelay(unquote(enc), mark.token, left, mark.revoked))

@@ -137,7 +137,11 @@ def value_in(log: list[tuple[int, LockInfo]], token: int) -> str | None:
 @dataclass(frozen=True)
 class Mark:
     """A lock's hold-back marker: which grant it stands for, that grant's lock-delay, and
-    whether a reader has seen the grant's node gone (the marker's mtime then says when)."""
+    whether a reader has seen the grant's node gone (the marker's mtime then says when).
+
+    A marker put in the very multi that creates its grant's node (the uncontended path) cannot
+    know that node's czxid: its data names the attempt instead, and its token is its own
+    czxid (one multi, one zxid). Any later write of it names the token."""
 
     token: int
     lock_delay: float
@@ -145,20 +149,30 @@ class Mark:
     revoked: Revocation | None = None
     """Put by ``revoke``: the revocation, its delay the holder's TTL plus its lock-delay; the
     old holder's release then leaves the marker in place."""
+    attempt: str = ""
+    """The attempt (node name prefix) whose create put this marker, token 0: its czxid."""
 
     @classmethod
-    def parse(cls, data: bytes | None) -> Mark:
+    def parse(cls, data: bytes | None, stat: Any = None) -> Mark:
+        """The marker read as ``data`` at ``stat`` (its czxid: the token a marker put with its
+        grant's node stands for)."""
         try:
             fields = json.loads(data or b"")
+            attempt = fields.get("attempt")
+            token = int(stat.czxid) if "token" not in fields and attempt else fields["token"]
             return cls(
-                int(fields["token"]), float(fields["lock_delay"]), bool(fields.get("noticed")),
-                parse_revocation(fields.get("revoked")),
+                int(token), float(fields["lock_delay"]), bool(fields.get("noticed")),
+                parse_revocation(fields.get("revoked")), str(attempt or ""),
             )  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError):
             return cls(0, 0.0)  # not tenure's: holds nothing back
 
     def data(self) -> bytes:
-        fields: dict[str, object] = {"token": self.token, "lock_delay": self.lock_delay}
+        fields: dict[str, object] = {"lock_delay": self.lock_delay}
+        if self.token:
+            fields = {"token": self.token, **fields}
+        else:
+            fields["attempt"] = self.attempt
         if self.noticed:
             fields["noticed"] = True
         if self.revoked is not None:

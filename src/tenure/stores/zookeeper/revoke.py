@@ -37,12 +37,13 @@ async def revoke(
         return None
     try:
         mark_data, mark_stat = await conn.read(lambda c: c.get_async(marker))
-        mark: Mark | None = Mark.parse(mark_data)
+        mark: Mark | None = Mark.parse(mark_data, mark_stat)
     except k.exceptions.NoNodeError:
         mark = mark_stat = None
     granted = int(stat.czxid)
-    if mark is not None and mark.lock_delay > 0 and mark.token != granted:
+    if mark is not None and mark.lock_delay > 0 and mark.token < granted:
         return None  # held back: the first in line is not granted yet
+    # (a marker of a later node is a waiter's, put ahead of its turn: it holds nothing back)
     if token not in (None, granted):
         return None
     # The holder's session timeout (kept in its node) and its own lock-delay (its marker's).
@@ -59,7 +60,7 @@ async def revoke(
         # (its mtime, the leader's clock) the delay counts from, as a waiter's would be.
         txn = client.transaction()
         txn.delete(first, stat.version)
-        if record.now and mark_stat is not None:
+        if record.now and mark is not None and mark.token <= granted:
             txn.delete(marker, mark_stat.version)
         elif not record.now:
             held = Mark(granted, delay, noticed=True, revoked=revoked).data()

@@ -13,6 +13,7 @@ from ..._values import Holder
 from .._kit import InDoubt, patience
 from .._spi import Session
 from .nodes import node_data
+from .transport import waker
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -41,6 +42,14 @@ class ZooKeeperSession(Session):
     lock_delay: float = 0.0
     marks: dict[tuple[str, int], int] = field(default_factory=dict)
     """(name, token) → data version of the hold-back marker this session's grant put."""
+    free: set[str] = field(default_factory=set)
+    """Names whose marker this session last saw gone (its own release deleted it, no one
+    waiting): its next attempt on one puts its marker in the multi that creates its node."""
+    crowded: set[str] = field(default_factory=set)
+    """Names whose queue this session last found others in, ahead of it: its next attempt
+    does not read the marker with its create (it matters to the first in line only)."""
+    alone: set[tuple[str, int]] = field(default_factory=set)
+    """(name, token) of grants that found no one else in the queue."""
     notices: set[str] = field(default_factory=set)
     """The revocation notices the last ``revoked`` returned: acted on, deleted by the next."""
 
@@ -73,12 +82,26 @@ class ZooKeeperTicket:
     """What `wait` watches, as the last attempt found it: the node before this one in the
     queue, or the hold-back marker when this one is first in line (None: nothing, poll)."""
     left: bool = False
+    armed: bool = False
+    """The last attempt set the watch on ``predecessor``: `wait` awaits its wake-up."""
     event: anyio.Event | None = None
     call: Callable[[Callable[[], object]], None] | None = None
 
     def on_watch(self, _event: object) -> None:  # kazoo's thread: hand over, nothing more
         if self.call is not None:
             self.call(self._wake)
+
+    on_watch.direct = True  # type: ignore[attr-defined]  # run on kazoo's connection thread
+
+    def arm(self) -> anyio.Event:
+        """A new wake-up event, before the watch that sets it is sent."""
+        self.event = anyio.Event()
+        self.call = waker()
+        return self.event
+
+    def wake(self) -> None:
+        """Wake `wait` (on the loop)."""
+        self._wake()
 
     def _wake(self) -> None:
         if self.event is not None:

@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import unquote, urlencode
 
 import anyio
@@ -25,7 +25,7 @@ from . import holdback, records, revoke
 from .connections import Connections, NoAccess
 from .nodes import Mark, Paths, encode, lock_info, log_data, queue_of, read_log, value_in
 from .session import Gone, ZooKeeperSession, ZooKeeperTicket
-from .transport import Transport, digest, kazoo, stop, waker
+from .transport import Transport, digest, kazoo, stop
 from .watch import ZooKeeperWatch
 
 if TYPE_CHECKING:
@@ -179,18 +179,26 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         session.held.clear()
         session.in_doubt.clear()
         session.marks.clear()
+        session.free.clear()
+        session.alone.clear()
+        session.crowded.clear()
 
     # -- locks -----------------------------------------------------------------------------
 
     async def _enqueue(
-        self, session: ZooKeeperSession, parent: str, prefix: str, look_first: bool = False
-    ) -> tuple[str, int, list[str]]:
+        self, session: ZooKeeperSession, name: str, prefix: str, look_first: bool = False
+    ) -> tuple[str, int, list[str], holdback.Seen | None, Any]:
         """Create the own node (or find it, if an earlier create with this prefix applied and
-        its answer was lost) → (its path, its czxid, the lock's children after it)."""
+        its answer was lost) → (its path, its czxid, the lock's children after it, the marker
+        as read after it, the parent's stat as listed). The requests go together: one round
+        trip. A session that saw the marker gone at its own release (`holdback.remember`) puts
+        its marker in the multi that creates its node: an uncontended grant needs no more."""
         k = kazoo()
         client = session.client
+        parent, marker = self.paths.parent(name), self.paths.marker(name)
         call = partial(self._conn.call, session)
         give_up = time.monotonic() + session.ttl
+        ahead = session.lock_delay > 0 and name in session.free
         while True:
             try:
                 if look_first:
@@ -200,19 +208,26 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                         path = f"{parent}/{mine[0]}"
                         stat = await call(partial(client.exists_async, path))
                         if stat is not None:
-                            return path, int(stat.czxid), children
-                # Both sent before either answer: one round trip (answers come in order).
-                create = client.create_async(
-                    f"{parent}/{prefix}",
-                    session.data(),
-                    ephemeral=True,
-                    sequence=True,
-                    include_data=True,
-                )
-                listing = client.get_children_async(parent)
-                path, stat = await call(partial(_same, create))
+                            return path, int(stat.czxid), children, None, None
+                # Sent before any answer: one round trip (a session's answers come in order).
+                node = f"{parent}/{prefix}"
+                if ahead:
+                    txn = client.transaction()
+                    txn.create(node, session.data(), ephemeral=True, sequence=True)
+                    txn.create(marker, Mark(0, session.lock_delay, attempt=prefix).data())
+                    create = txn.commit_async()
+                else:
+                    create = client.create_async(
+                        node, session.data(), ephemeral=True, sequence=True, include_data=True
+                    )
+                listing = client.get_children_async(parent, include_data=True)
+                # The marker matters to the first in line only: not read where this session
+                # last found others queued (if first after all, `holdback.claim` reads it).
+                read = client.get_async(marker) if ahead or name not in session.crowded else None
+                created = await call(partial(_same, create))
                 look_first = True  # from here on, a lost answer may hide an applied create
-                children = await call(partial(_same, listing))
+                children, listed = await call(partial(_same, listing))
+                found = None if read is None else await holdback.seen(self._conn, session, read)
             except k.exceptions.NoNodeError:
                 await self._conn.settled(session, lambda: client.ensure_path_async(parent))
                 continue
@@ -225,34 +240,84 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     raise
                 await anyio.sleep(0.02)
                 continue
+            if ahead:
+                failed = [r for r in created if isinstance(r, k.exceptions.KazooException)]
+                if failed:
+                    if isinstance(created[0], k.exceptions.NoNodeError):
+                        await self._conn.settled(session, lambda: client.ensure_path_async(parent))
+                    holdback.remember(session, name, free=False)  # a marker stands: as usual
+                    ahead = look_first = False
+                    continue
+                path = str(created[0])
+                if found is not None and holdback.made_by(found, prefix):
+                    return path, int(found.stat.czxid), children, found, listed  # one zxid
+                stat = await call(partial(client.exists_async, path))  # changed meanwhile
+                if stat is None:
+                    raise Gone  # only the session's end deletes it
+                return path, int(stat.czxid), children, None, listed
+            path, stat = created
             if stat.ephemeralOwner != session.session_id:  # never expected: not our session's
                 await self._conn.delete(session, path)
                 raise Gone
-            return path, int(stat.czxid), children
+            return path, int(stat.czxid), children, found, listed
+
+    async def _recheck(
+        self, session: ZooKeeperSession, name: str, ticket: ZooKeeperTicket
+    ) -> tuple[list[str], holdback.Seen | None, Any]:
+        """A waiter's listing, sent with the marker's read, or with a lock-delay with the own
+        marker's create (usually the waiter is first now: its grant then needs nothing more;
+        None: the marker stands, `holdback.claim` reads it)."""
+        k = kazoo()
+        client = session.client
+        parent, marker = self.paths.parent(name), self.paths.marker(name)
+        give_up = time.monotonic() + session.ttl
+        while True:
+            delay = session.lock_delay
+            if delay:
+                pending = holdback.put_ahead(client, ticket.path, marker, ticket.czxid, delay)
+            else:
+                pending = client.get_async(marker)
+            listing = client.get_children_async(parent, include_data=True)
+            try:
+                if delay:
+                    put = await self._conn.call(session, partial(_same, pending))
+                    found = holdback.put(ticket.czxid, delay, put)
+                else:
+                    found = await holdback.seen(self._conn, session, pending)
+                try:
+                    children, listed = await self._conn.call(session, partial(_same, listing))
+                except k.exceptions.NoNodeError:
+                    children, listed = [], None
+                return children, found, listed
+            except NoAccess:
+                raise
+            except StoreUnavailable:
+                if time.monotonic() > give_up:
+                    raise
+                await anyio.sleep(0.02)
 
     async def attempt(
         self, session: Session, name: str, ticket: object | None, enqueue: bool
     ) -> Grant | Busy:
         assert isinstance(session, ZooKeeperSession)
         assert ticket is None or isinstance(ticket, ZooKeeperTicket)
-        k = kazoo()
         parent = self.paths.parent(name)
+        marker = self.paths.marker(name)
         try:
             path: str | None = None
             czxid = 0
+            found: holdback.Seen | None = None
             if ticket is not None:
-                try:
-                    children = await self._conn.settled(
-                        session, lambda: session.client.get_children_async(parent)
-                    )
-                except k.exceptions.NoNodeError:
-                    children = []
+                children, found, listed = await self._recheck(session, name, ticket)
                 if ticket.path.rsplit("/", 1)[1] in children:
                     path, czxid = ticket.path, ticket.czxid
                 else:
                     ticket.path = ""  # deleted under us (by hand?): queue again at the end
+                    found = None
             if path is None:
-                path, czxid, children = await self._enqueue(session, parent, session.prefix())
+                path, czxid, children, found, listed = await self._enqueue(
+                    session, name, session.prefix()
+                )
                 if ticket is not None:
                     ticket.path, ticket.czxid = path, czxid
             queue = queue_of(children)
@@ -264,45 +329,81 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
             if queue[0] == own:
                 # The token is the czxid the create answered. The listing (sent after the
                 # create, or after the wake-up) shows the node first: granted unless held back.
-                marker = self.paths.marker(name)
-                left = await holdback.claim(self._conn, session, marker, name, path, czxid)
+                left = await holdback.claim(self._conn, session, marker, name, path, czxid, found)
                 if left <= 0:
                     session.held[(name, czxid)] = path
+                    if len(queue) == 1:
+                        session.alone.add((name, czxid))
+                        session.crowded.discard(name)
                     return Grant(token=czxid, renewed_session=False)
-                holder = None  # held back: woken if the marker changes, else at ``retry_in``
+                holder: LockInfo | None = None  # held back: woken when the marker changes
                 predecessor = marker
             else:
-                holder = await self._holder(name, parent, queue)
+                if found is not None and found.mark is not None and found.mark.token == czxid:
+                    # Put ahead of this node's turn: taken away, or it would hold the name
+                    # back if this session ended before its turn.
+                    await holdback.take_back(self._conn, session, marker, found.stat)
+                    found = None
                 predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
+                if len(session.crowded) >= _LOG_CACHE:
+                    session.crowded.clear()
+                session.crowded.add(name)
             if not waiting:
+                if queue[0] != own:
+                    holder = await self._holder(name, parent, queue, session.client, found, listed)
                 await self._conn.delete(session, path)
                 return Busy(holder=holder, ticket=None, retry_in=left)
             if ticket is None:
                 ticket = ZooKeeperTicket(session, name, path, czxid)
             ticket.predecessor = predecessor
+            # The watch is set now, with the holder's reads (one round trip): `wait` awaits it.
+            ticket.arm()
+            armed = session.client.exists_async(predecessor, watch=ticket.on_watch)
+            if queue[0] != own:
+                holder = await self._holder(name, parent, queue, session.client, found, listed)
+            try:
+                if await self._conn.call(session, partial(_same, armed)) is None:
+                    ticket.wake()  # gone already: attempt again at once
+                ticket.armed = True
+            except StoreUnavailable:
+                pass  # `wait` sets the watch again
             return Busy(holder=holder, ticket=ticket, retry_in=left)
         except Gone:
             raise LeaseLost("the ZooKeeper session is gone") from None
 
-    async def _holder(self, name: str, parent: str, queue: list[str]) -> LockInfo | None:
+    async def _holder(
+        self,
+        name: str,
+        parent: str,
+        queue: list[str],
+        client: KazooClient | None = None,
+        found: holdback.Seen | None = None,
+        listed: Any = None,
+    ) -> LockInfo | None:
         """The holder of ``queue`` (the first node still there), with its proclaimed value;
-        None if the name is held back (the marker stands for another grant)."""
+        None if the name is held back (the marker stands for another grant). Read by
+        ``client`` (the shared reader by default), the marker only if not ``found``, the
+        parent's values only if its stat as ``listed`` with the queue shows any."""
         k = kazoo()
-        client = await self._conn.reader()
-        proclaimed = client.get_async(parent)  # sent with the first holder read: one round trip
-        marked = client.get_async(self.paths.marker(name))
+        if client is None:
+            client = await self._conn.reader()
+        # Sent with the first holder read: one round trip.
+        empty = listed is not None and not listed.dataLength
+        proclaimed = None if empty else client.get_async(parent)
+        marked = client.get_async(self.paths.marker(name)) if found is None else None
         for child in queue:
             try:
                 data, stat = await self._conn.answer(client.get_async(f"{parent}/{child}"))
             except k.exceptions.NoNodeError:
                 continue  # released meanwhile: the next one holds
             try:
-                log = read_log((await self._conn.answer(proclaimed))[0])
+                log = read_log((await self._conn.answer(proclaimed))[0]) if proclaimed else []
             except k.exceptions.NoNodeError:
                 log = []
             try:
-                mark = Mark.parse((await self._conn.answer(marked))[0])
-                if mark.lock_delay > 0 and mark.token != int(stat.czxid):
+                mark = Mark.parse(*await self._conn.answer(marked)) if marked else None
+                mark = found.mark if found is not None else mark
+                if mark and mark.lock_delay > 0 and mark.token < int(stat.czxid):
                     return None  # held back: the first in line is not granted yet
             except k.exceptions.NoNodeError:
                 pass
@@ -313,9 +414,14 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         assert isinstance(ticket, ZooKeeperTicket)
         predecessor = ticket.predecessor
         with anyio.move_on_after(timeout):
+            event = ticket.event
+            if ticket.armed and event is not None:  # set by the attempt
+                ticket.armed = False
+                await event.wait()
+                self.wakeups += 1
+                return
             if predecessor is not None:
-                ticket.event = anyio.Event()
-                ticket.call = waker()
+                event = ticket.arm()
                 client = ticket.session.client
                 try:
                     stat = await self._conn.call(
@@ -326,7 +432,7 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
                     stat = None
                     await anyio.sleep(0.05)  # attempt again soon: it tells what happened
                 if stat is not None:
-                    await ticket.event.wait()
+                    await event.wait()
                     self.wakeups += 1
                 return
             await anyio.sleep(min(timeout, 0.1))
@@ -352,27 +458,36 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         if path is None:
             return  # never granted to this session (or released already)
         version = session.marks.get((name, token))
+        alone = (name, token) in session.alone
         with contextlib.suppress(Gone):  # gone: its nodes went with it, its marker stays
             if version is None:
                 await self._conn.delete(session, path)
             else:
                 marker = self.paths.marker(name)
                 await holdback.release_marked(self._conn, session, marker, path, token, version)
+                # Its marker gone with it, and no one was waiting: the next attempt of this
+                # session on the name puts its marker with its node (`_enqueue`).
+                holdback.remember(session, name, free=alone)
         del session.held[(name, token)]
         session.marks.pop((name, token), None)
+        session.alone.discard((name, token))
 
     async def locks(self, name: str | None = None, prefix: str = "") -> list[LockInfo]:
         k = kazoo()
         root = self.paths.root
+        # After a sync (answered first: no round trip more), so the reader's server has applied
+        # every write committed before, another client's grant and proclaimed value included.
         if name is None:
             try:
-                encoded = await self._conn.read(lambda c: c.get_children_async(root))
+                encoded = await self._conn.synced_read(lambda c: c.get_children_async(root))
             except k.exceptions.NoNodeError:
                 return []
         else:
             encoded = [encode(name)]
         encoded = [e for e in encoded if unquote(e).startswith(prefix)]
         client = await self._conn.reader()
+        if name is not None:
+            client.sync_async(root)
         # All listings sent at once, then all holders: two round trips whatever the count.
         listings = [client.get_children_async(f"{root}/{e}") for e in encoded]
         queues: dict[str, list[str]] = {}

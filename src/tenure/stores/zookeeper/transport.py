@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
 
 
+_KAZOO: list[Any] = []
+
+
 def kazoo() -> Any:
     """The kazoo package, imported on first use (only users of this store need it)."""
+    if _KAZOO:
+        return _KAZOO[0]  # called for every answer: no import statements each time
     try:
         import kazoo.client  # type: ignore[import-untyped]
         import kazoo.exceptions  # type: ignore[import-untyped]
@@ -38,6 +43,7 @@ def kazoo() -> Any:
         raise InvalidArgument(
             "the zookeeper store needs kazoo: pip install 'tenure[zookeeper]'"
         ) from None
+    _KAZOO.append(kazoo)
     return kazoo
 
 
@@ -71,6 +77,46 @@ def server_port(client: KazooClient) -> int:
 def _stopping(client: KazooClient) -> bool:
     # kazoo tells no "stop() was called" but by this event (2.11.0).
     return bool(client._stopped.is_set())
+
+
+def direct_results(handler_class: Any) -> Any:
+    """``handler_class`` whose async results and watches run a callback marked ``direct`` on
+    the thread that sets the result or reads the event (kazoo's connection thread), not
+    through a queue's worker thread: one thread crossing less per answer and per wake-up.
+    Only tenure's hand-overs to a loop are marked (`result`'s, a waiter's watch): they
+    schedule a call on a loop, never block, never call back into kazoo."""
+    from kazoo.handlers.threading import AsyncResult  # type: ignore[import-untyped,unused-ignore]
+
+    class DirectResult(AsyncResult):  # type: ignore[misc]
+        # Overridden: kazoo queues every rawlink callback for its completion thread and
+        # offers no other way (2.11.0); called with the result's condition held.
+        def _do_callbacks(self) -> None:
+            callbacks: list[Any] = getattr(self, "_callbacks")  # noqa: B009 (untyped)
+            queued = []
+            for callback in callbacks:
+                if getattr(callback, "direct", False):
+                    callback(self)
+                else:
+                    queued.append(callback)
+            if queued:
+                self._callbacks = queued
+                try:
+                    super()._do_callbacks()
+                finally:
+                    self._callbacks = callbacks
+
+    class Handler(handler_class):  # type: ignore[misc]
+        def async_result(self) -> Any:
+            return DirectResult(self)
+
+        # Overridden: every watch goes through the callback queue's thread otherwise (2.11.0).
+        def dispatch_callback(self, callback: Any) -> None:
+            if getattr(callback.func, "direct", False):
+                callback.func(*callback.args)
+            else:
+                super().dispatch_callback(callback)
+
+    return Handler
 
 
 _CLASSES: dict[str, type] = {}
@@ -168,12 +214,26 @@ def waker() -> Callable[[Callable[[], object]], None]:
     return call_trio
 
 
+class _Wake:
+    """`result`'s callback: schedules ``done.set`` on the loop, from whichever thread sets the
+    result (``direct``: kazoo's connection thread, see `direct_results`)."""
+
+    direct = True
+
+    def __init__(self, call: Callable[[Callable[[], object]], None], done: anyio.Event) -> None:
+        self.call, self.done = call, done
+
+    def __call__(self, _result: object) -> None:
+        self.call(self.done.set)
+
+
 async def result(async_result: IAsyncResult) -> Any:
-    """Await a kazoo result; kazoo's thread only schedules ``done.set`` on the loop."""
-    done = anyio.Event()
-    call = waker()
-    async_result.rawlink(lambda _: call(done.set))
-    await done.wait()
+    """Await a kazoo result; kazoo's thread only schedules ``done.set`` on the loop. An answer
+    already in (the later ones of requests sent together) is taken at once, without a hop."""
+    if not async_result.ready():
+        done = anyio.Event()
+        async_result.rawlink(_Wake(waker(), done))
+        await done.wait()
     try:
         return async_result.get_nowait()
     except RuntimeError as exc:
@@ -233,10 +293,10 @@ def _handler(context: ssl.SSLContext | None, connect_within: float) -> Any:
     this context is tenure's everywhere: ``ca`` alone (else the system's roots), ``cert`` with
     or without ``key``, the host name as written in the URL always checked.
     """
-    from kazoo.handlers.threading import SequentialThreadingHandler  # type: ignore[import-untyped]
+    from kazoo.handlers.threading import SequentialThreadingHandler  # type: ignore[import-untyped,unused-ignore]
     from kazoo.handlers.utils import create_tcp_connection  # type: ignore[import-untyped]
 
-    class Handler(SequentialThreadingHandler):  # type: ignore[misc]
+    class Handler(direct_results(SequentialThreadingHandler)):  # type: ignore[misc]
         def create_connection(
             self, address: tuple[str, int], hostname: str | None = None, **options: Any
         ) -> socket.socket:
