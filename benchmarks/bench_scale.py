@@ -80,6 +80,7 @@ SMOKE_TTL = 2.0
 PARTITIONS = 64
 FIRST_MEMBERS = 3
 MEMORY_TARGET_B = 10_000
+RENEWAL = ("keep_alive", "revoked")  # a session's renewal: a keep-alive, then its revocations
 REBALANCE_TARGET_TTLS = 2.0
 EVENTS = ("join", "leave", "kill")
 # Every call of the store interface a client makes (a watch's ``next``: counted by CountedWatch).
@@ -215,8 +216,10 @@ async def waiters(cfg: dict[str, Any]) -> dict[str, Any]:
                 s.calls.clear()
             idle = float(cfg["idle"])
             await anyio.sleep(idle)
-            out["idle_calls_per_s"] = sum(s.total(but=("keep_alive",)) for s in stores) / idle
+            out["idle_calls_per_s"] = sum(s.total(but=RENEWAL) for s in stores) / idle
+            out["idle_calls"] = dict(holder_store.calls + waiter_store.calls)
             per_handover: list[int] = []
+            handover_calls: collections.Counter[str] = collections.Counter()
             times: list[float] = []
             for _ in range(handovers):
                 for s in stores:
@@ -226,10 +229,12 @@ async def waiters(cfg: dict[str, Any]) -> dict[str, Any]:
                 with anyio.fail_after(30):
                     current = await receive.receive()
                 times.append(time.perf_counter() - start)
-                per_handover.append(sum(s.total(but=("keep_alive",)) for s in stores))
+                per_handover.append(sum(s.total(but=RENEWAL) for s in stores))
+                handover_calls += holder_store.calls + waiter_store.calls
             out["calls_per_handover"] = sum(per_handover) / len(per_handover)
             out["handover_ms"] = sorted(times)[len(times) // 2] * 1e3
             out["each_handover"] = per_handover
+            out["handover_calls"] = dict(handover_calls)
             tg.cancel_scope.cancel()
             if errors:
                 return {"error": f"{len(errors)} of {w} waiters failed: {errors[0]}", **out}
@@ -484,9 +489,8 @@ def rebalance(
 
 
 def run_store(
-    kind: str, cases: list[str], smoke: bool, tmp: Path
+    kind: str, cases: list[str], sizes: dict[str, list[int]], smoke: bool, tmp: Path
 ) -> dict[str, list[dict[str, Any]]]:
-    sizes = SMOKE_SIZES if smoke else SIZES
     ttl = SMOKE_TTL if smoke else TTL
     settings: dict[str, dict[str, Any]] = {
         "hold": {"intervals": 2 if smoke else 3},
@@ -694,45 +698,70 @@ def report(found: dict[str, list[dict[str, Any]]], ttl: float) -> str:
 
 
 def picture(found: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """One panel per case, a colour and marker per store (equal figures would hide each other
+    otherwise); a failed size is a red cross at the bottom of its panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    style = {kind: (f"C{i}", "os^vD"[i], 9 - 1.3 * i) for i, kind in enumerate(STORES)}
     panels = [
-        ("hold", "calls_per_interval", "1. N locks held: store calls per renewal interval", "N"),
-        ("waiters", "calls_per_handover", "2. W waiters: store calls per hand-over", "W"),
-        ("observe", "calls_per_s", "3. E elections observed: store calls per second", "E"),
+        ("hold", ["calls_per_interval"], "1. N locks held: store calls per renewal interval", "N"),
+        (
+            "waiters",
+            ["calls_per_handover", "idle_calls_per_s"],
+            "2. W waiters: calls per hand-over (solid), per s idle (dotted)",
+            "W",
+        ),
+        ("observe", ["calls_per_s"], "3. E elections observed: store calls per second", "E"),
     ]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
-    for ax, (case, key, title, x) in zip(axes, panels, strict=False):
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    for ax, (case, keys, title, x) in zip(axes, panels, strict=False):
         for kind, rows in by_store(found.get(case, [])).items():
-            ok = [r for r in rows if key in r]
-            ax.plot([r["size"] for r in ok], [r[key] for r in ok], marker="o", label=kind)
-            for r in rows:  # a failed size: a cross on the axis
-                if key not in r:
-                    ax.plot([r["size"]], [0], marker="x", color="red")
+            color, marker, size = style.get(kind, ("k", "o", 6))
+            for key, line in zip(keys, ("-", ":"), strict=False):
+                ok = [r for r in rows if key in r]
+                ax.plot(
+                    [r["size"] for r in ok],
+                    [r[key] for r in ok],
+                    marker=marker,
+                    markersize=size,
+                    fillstyle="none",
+                    linestyle=line,
+                    color=color,
+                    label=kind if line == "-" else None,
+                )
+            failed = [r["size"] for r in rows if "error" in r]
+            ax.plot(failed, [0] * len(failed), "x", color="red", markersize=10)
         ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(0, max(ax.get_ylim()[1] * 2, 3))  # room above a flat line at the top
         ax.set_xlabel(x)
         ax.set_title(title, fontsize=9)
         ax.grid(True, alpha=0.3)
     ax = axes[3]
     for kind, rows in by_store(found.get("rebalance", [])).items():
+        color, marker, size = style.get(kind, ("k", "o", 6))
         for r in rows:
-            delay = "lock-delay 1 TTL" if r["lock_delay_s"] is None else "lock-delay 0"
-            ys = [r.get(f"{e}_ttls", math.nan) for e in EVENTS]
+            default = r["lock_delay_s"] is None
             ax.plot(
                 list(EVENTS),
-                ys,
-                marker="o",
-                linestyle="-" if r["lock_delay_s"] else "--",
-                label=f"{kind}, {delay}",
+                [r.get(f"{e}_ttls", math.nan) for e in EVENTS],
+                marker=marker,
+                markersize=size,
+                fillstyle="none",
+                color=color,
+                linestyle="-" if default else "--",
+                label=f"{kind}, lock-delay {'1 TTL' if default else 0}",
             )
     ax.axhline(REBALANCE_TARGET_TTLS, color="grey", linewidth=0.8)
-    ax.set_title(f"4. {PARTITIONS} partitions: rebalance time (TTLs)", fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"4. {PARTITIONS} partitions: TTLs to settle (line: target)", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6)
-    axes[0].legend(fontsize=7)
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -752,9 +781,20 @@ def main() -> int:
     here = Path(__file__).parent
     parser.add_argument("--json", type=Path, default=here / "results" / "scale.json")
     parser.add_argument("--png", type=Path, default=here / "scale.png")
+    parser.add_argument(
+        "--sizes",
+        action="append",
+        default=[],
+        metavar="CASE=N,N",
+        help="the sizes of a case, e.g. waiters=1,100 (default: " + str(SIZES) + ")",
+    )
     parser.add_argument("--smoke", action="store_true", help=SMOKE_STORES_HELP)
     args = parser.parse_args()
     stores, cases = args.stores.split(","), args.only.split(",")
+    sizes = dict(SMOKE_SIZES if args.smoke else SIZES)
+    for given in args.sizes:
+        case, _, counts = given.partition("=")
+        sizes[case] = [int(n) for n in counts.split(",")]
     if args.smoke and len(stores) > 1:  # one store per process, each with its own server
         return fan_out(__file__, [["--stores", kind, "--only", args.only] for kind in stores])
     started = load()
@@ -763,7 +803,7 @@ def main() -> int:
         tmp = Path(tmp_dir)
         found: dict[str, list[dict[str, Any]]] = {case: [] for case in cases}
         for kind in stores:
-            for case, rows in run_store(kind, cases, args.smoke, tmp).items():
+            for case, rows in run_store(kind, cases, sizes, args.smoke, tmp).items():
                 found[case].extend(rows)
         derive(found)
         print(report(found, SMOKE_TTL if args.smoke else TTL), flush=True)
