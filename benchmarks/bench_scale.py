@@ -204,6 +204,7 @@ async def waiters(cfg: dict[str, Any]) -> dict[str, Any]:
             with anyio.move_on_after(30 + w * 0.05):  # every waiter has asked the store
                 while waiter_store.calls["attempt"] < w and not errors:
                     await anyio.sleep(0.05)
+            out["asked"] = waiter_store.calls["attempt"]  # below W: some never reached the store
             await anyio.sleep(settle)
             traced = tracemalloc.get_traced_memory()[0] - traced0
             tracemalloc.stop()
@@ -221,13 +222,19 @@ async def waiters(cfg: dict[str, Any]) -> dict[str, Any]:
             per_handover: list[int] = []
             handover_calls: collections.Counter[str] = collections.Counter()
             times: list[float] = []
-            for _ in range(handovers):
+            for n in range(handovers):
                 for s in stores:
                     s.calls.clear()
                 start = time.perf_counter()
                 await current.release()
-                with anyio.fail_after(30):
-                    current = await receive.receive()
+                got = None
+                with anyio.move_on_after(30):
+                    got = await receive.receive()
+                if got is None:
+                    tg.cancel_scope.cancel()
+                    why = f"; {errors[0]}" if errors else ""
+                    return {"error": f"hand-over {n + 1}: nobody granted in 30 s{why}", **out}
+                current = got
                 times.append(time.perf_counter() - start)
                 per_handover.append(sum(s.total(but=RENEWAL) for s in stores))
                 handover_calls += holder_store.calls + waiter_store.calls
