@@ -174,6 +174,7 @@ async def hold(cfg: dict[str, Any]) -> dict[str, Any]:
         out["keep_alives_per_interval"] = store.calls["keep_alive"] / intervals
         out["cpu_ms_per_interval"] = cpu / intervals * 1e3
         out["calls"] = dict(store.calls)
+        out["sessions_lost"] = store.sessions_opened - 1
     return out
 
 
@@ -238,6 +239,8 @@ async def waiters(cfg: dict[str, Any]) -> dict[str, Any]:
                 times.append(time.perf_counter() - start)
                 per_handover.append(sum(s.total(but=RENEWAL) for s in stores))
                 handover_calls += holder_store.calls + waiter_store.calls
+            # A session lost and opened again meanwhile (every waiter queues again on the new one).
+            out["sessions_lost"] = sum(s.sessions_opened for s in stores) - len(stores)
             out["calls_per_handover"] = sum(per_handover) / len(per_handover)
             out["handover_ms"] = sorted(times)[len(times) // 2] * 1e3
             out["each_handover"] = per_handover
@@ -616,6 +619,7 @@ def report(found: dict[str, list[dict[str, Any]]], ttl: float) -> str:
                 cell(r, "calls_per_handover", 1),
                 cell(r, "handover_ms", 1),
                 cell(r, "idle_calls_per_s", 1),
+                cell(r, "sessions_lost"),
                 cell(r, "traced_b_per_waiter"),
                 f(r.get("traced_b_marginal")),
                 cell(r, "rss_b_per_waiter"),
@@ -637,6 +641,7 @@ def report(found: dict[str, list[dict[str, Any]]], ttl: float) -> str:
                     "calls/hand-over",
                     "hand-over ms",
                     "idle calls/s",
+                    "sessions lost",
                     "traced B/waiter",
                     "marginal",
                     "RSS B/waiter",
