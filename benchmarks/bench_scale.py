@@ -1,6 +1,6 @@
 """Cost as the work grows (issue 28): locks held, waiters queued, elections observed, partitions.
 
-    .venv/bin/python benchmarks/bench_scale.py                    # full run, about 15 minutes
+    .venv/bin/python benchmarks/bench_scale.py                    # full run, about 8 minutes
     .venv/bin/python benchmarks/bench_scale.py --stores sqlite,redis --only hold,waiters
     .venv/bin/python benchmarks/bench_scale.py --smoke            # does every row work? (CI)
 
