@@ -159,6 +159,11 @@ async def leader(store: Store, name: str) -> Leader | None:
     return Leader.of(found[0] if found else None)
 
 
+RECHECK_MIN, RECHECK_MAX = 0.05, 1.0
+"""Seconds an observer waits before reading again a leader whose time is up but who is still
+there: from the least, doubled each time up to the most (`observe`)."""
+
+
 async def observe(store: Store, name: str) -> AsyncIterator[Leader | None]:
     """The current leader (or None), then every change: each term, each proclaimed value, each
     time nobody leads. Subscribed before the first read, so nothing after it is missed. An
@@ -169,9 +174,18 @@ async def observe(store: Store, name: str) -> AsyncIterator[Leader | None]:
         found = await store.locks(name)
         last = Leader.of(found[0] if found else None)
         expires_in = found[0].expires_in if found else SAFETY_NAP
+        backoff = RECHECK_MIN
         yield last
         while True:
-            changes = await watch.next(min(max(expires_in, 0.0) + 0.001, SAFETY_NAP))
+            timeout = max(expires_in, 0.0) + 0.001
+            if expires_in <= 0 and last is not None:
+                # A store that rounds the time left down (etcd: whole seconds) says 0 for a
+                # leader with up to a second left: re-reads of one still there back off, not
+                # one per round trip until it renews.
+                timeout, backoff = backoff, min(backoff * 2, RECHECK_MAX)
+            else:
+                backoff = RECHECK_MIN
+            changes = await watch.next(min(timeout, SAFETY_NAP))
             seen = [Leader.of(change.holder) for change in changes]
             if not changes:  # nothing announced: has the leader expired meanwhile?
                 found = await store.locks(name)

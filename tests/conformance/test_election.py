@@ -185,3 +185,41 @@ def test_sync_api(store_url: str) -> None:
         last = seen[-1]
         assert last is not None and (last.term, last.value) == (lead.term, "changed")
         assert threading.active_count() < 50
+
+
+class CountingReads(FaultyStore):
+    """Counts the observer's reads of the lock table (no faults)."""
+
+    reads = 0
+
+    async def locks(self, name: str | None = None, prefix: str = "") -> list[tenure.LockInfo]:
+        self.reads += 1
+        return await super().locks(name, prefix)
+
+
+async def test_an_observer_of_a_short_lived_leader_does_not_spin(store_url: str) -> None:
+    """A leader with TTL 1 s renewed for 3 s: the observer re-reads about once per TTL, not once
+    per round trip when the store's time left rounds down to 0 (etcd counts whole seconds)."""
+    observed = CountingReads(open_store(store_url))
+    seen: list[Leader | None] = []
+    async with (
+        tenure.connect_async(store_url) as a,
+        AsyncClient(observed) as b,
+        a.election("short", ttl=1, value="a") as lead,
+    ):
+
+        async def watcher() -> None:
+            async for now in b.election("short").observe():
+                seen.append(now)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watcher)
+            with anyio.fail_after(5):
+                while not seen:
+                    await anyio.sleep(0.01)
+            observed.reads = 0
+            await anyio.sleep(3)
+            tg.cancel_scope.cancel()
+        assert seen == [Leader("short", lead.term, "a", a.holder)]
+    # Once per TTL is 3; etcd's re-reads back off from 50 ms to 1 s in the second it shows 0.
+    assert observed.reads <= 30, observed.reads
