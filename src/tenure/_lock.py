@@ -109,15 +109,8 @@ async def acquire(
 async def _wait(keeper: SessionKeeper, ticket: object, busy: Busy, nap: float) -> None:
     """The store's wait for ``ticket``, cut short when the session is lost: the ticket died
     with it, and the caller must queue again on a new session at once, not when the nap ends."""
-    async with anyio.create_task_group() as tg:
-
-        async def end_on_loss() -> None:
-            await keeper.ended()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(end_on_loss)
+    with keeper.cut_at_end():
         await keeper.store.wait(ticket, busy, nap)
-        tg.cancel_scope.cancel()
 
 
 async def _leave(keeper: SessionKeeper, ticket: object) -> None:

@@ -131,6 +131,15 @@ class LoopThread:
             raise TenureError("the client is closing")
         return cast(T, task.result())
 
+    def soon(self, func: Callable[[], object]) -> None:
+        """``func()`` on the loop's thread: at once if called there, else as its next callback
+        (nothing if the loop is gone). For what only that thread may do, such as cancelling."""
+        if threading.get_ident() == self._thread.ident:
+            func()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(func)
+
     def call_sync(self, func: Callable[..., T], *args: Any) -> T:
         """``func(*args)`` on the loop's thread (for objects only that thread may touch)."""
 

@@ -10,7 +10,8 @@ attached (`Listener`): the keeper knows nothing of what a lease is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,7 @@ class SessionKeeper:
         """The event-loop thread of a sync client's session (what its blocking leases use)."""
         self._listeners: dict[object, Listener] = {}
         self._stopped = anyio.Event()
+        self._cut: set[anyio.CancelScope] = set()
 
     def attach(self, holder: object, listener: Listener) -> None:
         """Tell ``listener`` of loss, risk and closing until ``holder`` is released."""
@@ -73,9 +75,30 @@ class SessionKeeper:
         handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
-    async def ended(self) -> None:
-        """Return once the session is lost or closed (a waiter's ticket dies with it)."""
-        await self._stopped.wait()
+    @contextmanager
+    def cut_at_end(self) -> Iterator[None]:
+        """A block cut short (cancelled, quietly) when the session is lost or closed: a waiter's
+        ticket dies with it. A cancel scope the end cancels, not a task racing the block: an
+        idle waiter costs memory, and a thousand of them may wait on one session."""
+        with anyio.CancelScope() as scope:
+            if self._stopped.is_set():
+                scope.cancel()
+            self._cut.add(scope)
+            try:
+                yield
+            finally:
+                self._cut.discard(scope)
+
+    def _end(self) -> None:
+        self._stopped.set()
+        if self.portal is not None:  # a sync lease's `lost` may notice the end on its thread
+            self.portal.soon(self._cut_short)
+        else:
+            self._cut_short()
+
+    def _cut_short(self) -> None:
+        for scope in list(self._cut):
+            scope.cancel()
 
     def expired(self) -> bool:
         """Lost, or past the deadline (noticed even if this task is starved)."""
@@ -95,7 +118,7 @@ class SessionKeeper:
             _observe.lost(self.store, loss.name.lower(), len(self._listeners))
         for listener in list(self._listeners.values()):
             listener.lost(reason, loss)
-        self._stopped.set()
+        self._end()
 
     def _lose_revoked(self, revoked: list[Revocation]) -> None:
         """Lose the leases whose grants were revoked; the session and its other leases live
@@ -221,7 +244,7 @@ class SessionKeeper:
 
     async def close(self) -> None:
         """Release everything the session holds and end it (shielded from cancellation)."""
-        self._stopped.set()
+        self._end()
         listeners, self._listeners = list(self._listeners.values()), {}
         for listener in listeners:
             listener.closed()
