@@ -16,7 +16,7 @@ import anyio
 
 try:
     from redis import exceptions as redis_errors
-    from redis.asyncio import ConnectionPool, Redis
+    from redis.asyncio import BlockingConnectionPool, Redis
     from redis.asyncio.connection import SSLConnection
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
@@ -31,6 +31,14 @@ from .._kit import Unavailable, parse_owner, parse_revocation
 from .url import RedisURL
 
 CALL_TIMEOUT = 5.0
+CONNECTIONS = 100
+"""Connections for calls (redis-py's default cap). Past it a call waits for a free one, up to
+its timeout, instead of failing with "Too many connections" (a thousand waiters of one client
+all asking at once)."""
+WAITING_CONNECTIONS = 10_000
+"""Connections for blocking reads (a waiter's hand-over, a watch): one each, since a waiter
+without one would see its hand-over only when its nap ends. Past it a read waits for a free
+one until its nap ends. (The server's own default limit is 10,000 clients.)"""
 """Seconds one call may take (redis-py's socket timeout, set explicitly: blocking reads use a
 second client without one, bounded by their own timeouts)."""
 EVENTS_KEPT = 100
@@ -159,8 +167,19 @@ class Instance:
         }
         if tls:  # the files are read now: a bad one fails before connecting
             common.update(connection_class=TLSConnection, tls_context=url.options.ssl_context())
-        self.client = Redis.from_pool(ConnectionPool(socket_timeout=CALL_TIMEOUT, **common))
-        self.blocking = Redis.from_pool(ConnectionPool(socket_timeout=None, **common))
+        self.client = Redis.from_pool(
+            BlockingConnectionPool(
+                max_connections=CONNECTIONS,
+                timeout=CALL_TIMEOUT,
+                socket_timeout=CALL_TIMEOUT,
+                **common,
+            )
+        )
+        self.blocking = Redis.from_pool(  # its callers bound each wait with a cancel scope
+            BlockingConnectionPool(
+                max_connections=WAITING_CONNECTIONS, timeout=None, socket_timeout=None, **common
+            )
+        )
         self.script = self.client.register_script(SCRIPT)
         # Why a server may hang up on a new connection, said when one does: TLS 1.3 refuses a
         # missing client certificate after the handshake, so the client sees only a reset.
