@@ -84,13 +84,13 @@ class LoopThread:
         interrupt goes on. A task cancelled by `close` raises ``TenureError``.
 
         The hand-off is as light as it can be, since every blocking call makes it twice (there
-        and back): one callback scheduled on the loop that starts the task, and a bare lock the
-        task's end releases (a `threading.Event` adds a condition and its notify) — not
-        `asyncio.run_coroutine_threadsafe`'s chained futures."""
+        and back): one callback scheduled on the loop that starts the task, and an event the
+        task's end sets — not `asyncio.run_coroutine_threadsafe`'s chained futures. (An event,
+        not a bare lock: an interrupt raised just after the wait returned leads to a second
+        wait, which must return at once.)"""
         scopes: list[anyio.CancelScope] = []
         tasks: list[asyncio.Task[T | None]] = []
-        done = threading.Lock()  # held until the task ends; acquiring it waits for that
-        done.acquire()
+        done = threading.Event()
 
         async def run() -> T | None:
             with anyio.CancelScope() as scope:
@@ -100,7 +100,7 @@ class LoopThread:
 
         def start() -> None:
             task = self._loop.create_task(run())
-            task.add_done_callback(lambda _: done.release())
+            task.add_done_callback(lambda _: done.set())
             tasks.append(task)
 
         def cancel() -> None:  # runs after `start` (the loop keeps their order)
@@ -116,10 +116,10 @@ class LoopThread:
         except RuntimeError:  # the loop is closed
             raise TenureError("the client is closed") from None
         try:
-            done.acquire()  # interruptible (Ctrl-C), as Event.wait is
+            done.wait()
         except BaseException:
             self._loop.call_soon_threadsafe(cancel)
-            done.acquire()
+            done.wait()
             task = tasks[0]
             if not task.cancelled() and task.exception() is None:
                 late = task.result()

@@ -31,6 +31,8 @@ from .._kit import Unavailable, parse_owner, parse_revocation
 from .url import RedisURL
 
 CALL_TIMEOUT = 5.0
+"""Seconds one call may take (redis-py's socket timeout, set explicitly: blocking reads use a
+second client without one, bounded by their own timeouts)."""
 CONNECTIONS = 100
 """Connections for calls (redis-py's default cap). Past it a call waits for a free one, up to
 its timeout, instead of failing with "Too many connections" (a thousand waiters of one client
@@ -39,8 +41,6 @@ WAITING_CONNECTIONS = 10_000
 """Connections for blocking reads (a waiter's hand-over, a watch): one each, since a waiter
 without one would see its hand-over only when its nap ends. Past it a read waits for a free
 one until its nap ends. (The server's own default limit is 10,000 clients.)"""
-"""Seconds one call may take (redis-py's socket timeout, set explicitly: blocking reads use a
-second client without one, bounded by their own timeouts)."""
 EVENTS_KEPT = 100
 SCRIPT = (
     (files(__package__) / "lua" / "tenure.lua")
