@@ -112,6 +112,40 @@ async def test_a_create_whose_answer_was_lost_is_found_again(zookeeper_store_url
         await store.aclose()
 
 
+async def test_a_first_wait_that_fails_after_queueing_leaves_no_node_behind(
+    zookeeper_store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first attempt to wait puts its node in the queue, then reads the holder; if that read
+    gets no answer the attempt fails with no ticket to leave by. Its node must not stay: the
+    session lives on, and its node would hold up everyone queued behind it."""
+    store = open_store(zookeeper_store_url)
+    assert isinstance(store, ZooKeeperStore)
+    holder, failing, later = [await store.open_session(5, OWNER) for _ in range(3)]
+    name = f"orphan-{uuid.uuid4().hex[:6]}"
+    try:
+        held = await store.attempt(holder, name, None, False)
+        assert isinstance(held, Grant)
+        with monkeypatch.context() as patch:
+
+            async def no_answer(*_: object, **__: object) -> None:
+                raise tenure.StoreUnavailable("no answer (a read made to fail)")
+
+            patch.setattr(store, "_holder", no_answer)
+            with pytest.raises(tenure.StoreUnavailable):
+                await store.attempt(failing, name, None, True)
+        [info] = await store.locks(name)
+        assert info.waiters == 1  # its node is there until the failing session's keep-alive
+        assert await store.keep_alive(failing)
+        [info] = await store.locks(name)
+        assert info.waiters == 0
+        await store.release(holder, name, held.token)
+        assert isinstance(await store.attempt(later, name, None, False), Grant)
+    finally:
+        for session in (holder, failing, later):
+            await store.close_session(session)
+        await store.aclose()
+
+
 async def test_a_short_disconnection_keeps_the_session_and_token(
     zookeeper_store_url: str, zookeeper_ensemble: ZooKeeperEnsemble
 ) -> None:

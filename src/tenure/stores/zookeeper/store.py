@@ -301,75 +301,95 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
     ) -> Grant | Busy:
         assert isinstance(session, ZooKeeperSession)
         assert ticket is None or isinstance(ticket, ZooKeeperTicket)
-        parent = self.paths.parent(name)
-        marker = self.paths.marker(name)
         try:
-            path: str | None = None
-            czxid = 0
-            found: holdback.Seen | None = None
             if ticket is not None:
                 children, found, listed = await self._recheck(session, name, ticket)
                 if ticket.path.rsplit("/", 1)[1] in children:
-                    path, czxid = ticket.path, ticket.czxid
-                else:
-                    ticket.path = ""  # deleted under us (by hand?): queue again at the end
-                    found = None
-            if path is None:
-                path, czxid, children, found, listed = await self._enqueue(
-                    session, name, session.prefix()
-                )
-                if ticket is not None:
-                    ticket.path, ticket.czxid = path, czxid
-            queue = queue_of(children)
-            own = path.rsplit("/", 1)[1]
-            if own not in queue:  # never expected: the listing followed the create
-                queue = queue_of([*children, own])
-            waiting = ticket is not None or enqueue
-            left: float | None = None
-            if queue[0] == own:
-                # The token is the czxid the create answered. The listing (sent after the
-                # create, or after the wake-up) shows the node first: granted unless held back.
-                left = await holdback.claim(self._conn, session, marker, name, path, czxid, found)
-                if left <= 0:
-                    session.held[(name, czxid)] = path
-                    if len(queue) == 1:
-                        session.alone.add((name, czxid))
-                        session.crowded.discard(name)
-                    return Grant(token=czxid, renewed_session=False)
-                holder: LockInfo | None = None  # held back: woken when the marker changes
-                predecessor = marker
-            else:
-                if found is not None and found.mark is not None and found.mark.token == czxid:
-                    # Put ahead of this node's turn: taken away, or it would hold the name
-                    # back if this session ended before its turn.
-                    await holdback.take_back(self._conn, session, marker, found.stat)
-                    found = None
-                predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
-                if len(session.crowded) >= _LOG_CACHE:
-                    session.crowded.clear()
-                session.crowded.add(name)
-            if not waiting:
-                if queue[0] != own:
-                    holder = await self._holder(name, parent, queue, session.client, found, listed)
-                await self._conn.delete(session, path)
-                return Busy(holder=holder, ticket=None, retry_in=left)
-            if ticket is None:
-                ticket = ZooKeeperTicket(session, name, path, czxid)
-            ticket.predecessor = predecessor
-            # The watch is set now, with the holder's reads (one round trip): `wait` awaits it.
-            ticket.arm()
-            armed = session.client.exists_async(predecessor, watch=ticket.on_watch)
-            if queue[0] != own:
-                holder = await self._holder(name, parent, queue, session.client, found, listed)
+                    return await self._in_line(session, name, ticket, enqueue, ticket.path,
+                                               ticket.czxid, children, found, listed)  # fmt: skip
+                ticket.path = ""  # deleted under us (by hand?): queue again at the end
+            path, czxid, children, found, listed = await self._enqueue(
+                session, name, session.prefix()
+            )
+            if ticket is not None:  # the caller's: it leaves the queue with it if this fails
+                ticket.path, ticket.czxid = path, czxid
             try:
-                if await self._conn.call(session, partial(_same, armed)) is None:
-                    ticket.wake()  # gone already: attempt again at once
-                ticket.armed = True
-            except StoreUnavailable:
-                pass  # `wait` sets the watch again
-            return Busy(holder=holder, ticket=ticket, retry_in=left)
+                return await self._in_line(session, name, ticket, enqueue, path, czxid, children,
+                                           found, listed)  # fmt: skip
+            except Exception:
+                if ticket is None:
+                    # Neither granted nor a ticket: nobody would delete the node, and a live
+                    # session's node holds up everyone queued behind it (so an item of a
+                    # partition group stayed ownerless for a minute). The next keep-alive does.
+                    parent, child = path.rsplit("/", 1)
+                    session.in_doubt.add((parent, child))
+                raise
         except Gone:
             raise LeaseLost("the ZooKeeper session is gone") from None
+
+    async def _in_line(
+        self,
+        session: ZooKeeperSession,
+        name: str,
+        ticket: ZooKeeperTicket | None,
+        enqueue: bool,
+        path: str,
+        czxid: int,
+        children: list[str],
+        found: holdback.Seen | None,
+        listed: Any,
+    ) -> Grant | Busy:
+        """`attempt`'s judgement, the own node ``path`` in the queue as ``children`` list it:
+        granted if first (and not held back), else a ticket that watches its predecessor."""
+        parent, marker = self.paths.parent(name), self.paths.marker(name)
+        queue = queue_of(children)
+        own = path.rsplit("/", 1)[1]
+        if own not in queue:  # never expected: the listing followed the create
+            queue = queue_of([*children, own])
+        waiting = ticket is not None or enqueue
+        left: float | None = None
+        if queue[0] == own:
+            # The token is the czxid the create answered. The listing (sent after the
+            # create, or after the wake-up) shows the node first: granted unless held back.
+            left = await holdback.claim(self._conn, session, marker, name, path, czxid, found)
+            if left <= 0:
+                session.held[(name, czxid)] = path
+                if len(queue) == 1:
+                    session.alone.add((name, czxid))
+                    session.crowded.discard(name)
+                return Grant(token=czxid, renewed_session=False)
+            holder: LockInfo | None = None  # held back: woken when the marker changes
+            predecessor = marker
+        else:
+            if found is not None and found.mark is not None and found.mark.token == czxid:
+                # Put ahead of this node's turn: taken away, or it would hold the name
+                # back if this session ended before its turn.
+                await holdback.take_back(self._conn, session, marker, found.stat)
+                found = None
+            predecessor = f"{parent}/{queue[queue.index(own) - 1]}"
+            if len(session.crowded) >= _LOG_CACHE:
+                session.crowded.clear()
+            session.crowded.add(name)
+        if not waiting:
+            if queue[0] != own:
+                holder = await self._holder(name, parent, queue, session.client, found, listed)
+            await self._conn.delete(session, path)
+            return Busy(holder=holder, ticket=None, retry_in=left)
+        if ticket is None:
+            ticket = ZooKeeperTicket(session, name, path, czxid)
+        ticket.predecessor = predecessor
+        # The watch is set now, with the holder's reads (one round trip): `wait` awaits it.
+        ticket.arm()
+        armed = session.client.exists_async(predecessor, watch=ticket.on_watch)
+        if queue[0] != own:
+            holder = await self._holder(name, parent, queue, session.client, found, listed)
+        try:
+            if await self._conn.call(session, partial(_same, armed)) is None:
+                ticket.wake()  # gone already: attempt again at once
+            ticket.armed = True
+        except StoreUnavailable:
+            pass  # `wait` sets the watch again
+        return Busy(holder=holder, ticket=ticket, retry_in=left)
 
     async def _holder(
         self,
