@@ -1,7 +1,8 @@
 """The lose-servers drill, short: 7 servers (an etcd member, or a ZooKeeper server, and a
-partition worker each), 3 of them — the store's leader among them — killed or cut off for 10 s
-of a 30 s run at half the group's capacity. Safety is asserted (no item owned twice, no stale
-write accepted, every partition owned again before the servers return, the store led again);
+partition worker each), 3 of them — the store's leader among them — killed or cut off for the
+middle third of the run (10 s of 30; 15 s of 45 for ZooKeeper) at half the group's capacity.
+Safety is asserted (no item owned twice, no stale write accepted, every partition owned again
+before the servers return, the store led again);
 the error rate is a figure of the benchmark (`benchmarks/bench_lose_servers.py`), not asserted
 here. That the failure happened at all is: requests failed while it lasted.
 
@@ -26,17 +27,22 @@ ZK = pytest.mark.skipif(bool(ZooKeeperEnsemble.missing()), reason="ZooKeeper not
 
 
 @pytest.mark.parametrize(
-    ("store", "mode"),
+    ("store", "mode", "seconds"),
     [
-        ("etcd", "kill"),
-        pytest.param("etcd", "cut", marks=CUT),
-        pytest.param("zookeeper", "cut", marks=[CUT, ZK]),  # a blackhole: the harder case
+        ("etcd", "kill", 30),
+        pytest.param("etcd", "cut", 30, marks=CUT),
+        # A blackhole, the harder case. Its leader cut, ZooKeeper elects anew (~2.5 s here) and
+        # the survivors' servers serve only after; on a loaded machine a survivor's TTL-3
+        # session may pass its deadline meanwhile (it stops, as it must), and joins again once
+        # the old session's nodes expire, a TTL after the new leader: seen at 7-10.5 s after
+        # the cut. Down for 15 s (5 TTLs), not 10: the bound is the outage, not the machine.
+        pytest.param("zookeeper", "cut", 45, marks=[CUT, ZK]),
     ],
 )
 def test_losing_three_of_seven_stays_safe_and_recovers(
-    tmp_path: Path, store: Store, mode: Mode
+    tmp_path: Path, store: Store, mode: Mode, seconds: float
 ) -> None:
-    config = DrillConfig(store=store, mode=mode, load=0.5, seconds=30, events=1)
+    config = DrillConfig(store=store, mode=mode, load=0.5, seconds=seconds, events=1)
     result = Drill(config, tmp_path).run()
     assert result.findings == []
     assert result.owned_twice == 0 and result.stale_accepted == 0

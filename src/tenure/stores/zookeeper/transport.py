@@ -334,13 +334,21 @@ class Transport:
         assert self.user is not None and self.password is not None
         return kazoo().security.make_digest_acl(self.user, self.password, all=True)
 
-    def client(self, timeout: float, retry: dict[str, float], connection: type) -> KazooClient:
+    def client(
+        self,
+        timeout: float,
+        retry: dict[str, float],
+        connection: type,
+        connect_round: float | None = None,
+    ) -> KazooClient:
         """A kazoo client with this store's TLS and credentials: every node it creates gets
         the ACL of this digest identity alone (without credentials, ZooKeeper's open ACL).
         kazoo sends the credentials again on every reconnection (a ZooKeeper connection's
-        identity is not its session's)."""
+        identity is not its session's). A round of TCP connects to every server takes at most
+        ``connect_round`` seconds (default: the session ``timeout``), each its share."""
         k = kazoo()
-        extra: dict[str, object] = {"handler": _handler(self.tls, timeout / len(self.hosts))}
+        within = (timeout if connect_round is None else connect_round) / len(self.hosts)
+        extra: dict[str, object] = {"handler": _handler(self.tls, within)}
         if self.user is not None:
             extra.update(
                 auth_data=[("digest", f"{self.user}:{self.password}")], default_acl=[self.mine()]
