@@ -107,10 +107,15 @@ async def acquire(
 
 
 async def _wait(keeper: SessionKeeper, ticket: object, busy: Busy, nap: float) -> None:
-    """The store's wait for ``ticket``, cut short when the session is lost: the ticket died
-    with it, and the caller must queue again on a new session at once, not when the nap ends."""
-    with keeper.cut_at_end():
-        await keeper.store.wait(ticket, busy, nap)
+    """The store's wait for ``ticket``, for ``nap`` seconds at most, cut short when the session
+    is lost: the ticket died with it, and the caller must queue again on a new session at once,
+    not when the nap ends."""
+    scope = keeper.cut_at_end(nap)
+    try:
+        with scope:
+            await keeper.store.wait(ticket, busy, nap)
+    finally:
+        keeper.uncut(scope)
 
 
 async def _leave(keeper: SessionKeeper, ticket: object) -> None:

@@ -10,8 +10,7 @@ attached (`Listener`): the keeper knows nothing of what a lease is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -75,19 +74,20 @@ class SessionKeeper:
         handle = await store.open_session(timing.ttl, owner, timing.lock_delay)
         return cls(store, handle, LeaseState(timing, t_sent), clock)
 
-    @contextmanager
-    def cut_at_end(self) -> Iterator[None]:
-        """A block cut short (cancelled, quietly) when the session is lost or closed: a waiter's
-        ticket dies with it. A cancel scope the end cancels, not a task racing the block: an
-        idle waiter costs memory, and a thousand of them may wait on one session."""
-        with anyio.CancelScope() as scope:
-            if self._stopped.is_set():
-                scope.cancel()
-            self._cut.add(scope)
-            try:
-                yield
-            finally:
-                self._cut.discard(scope)
+    def cut_at_end(self, within: float) -> anyio.CancelScope:
+        """A cancel scope (quiet) that ends after ``within`` seconds or when the session is lost
+        or closed, whichever comes first: a waiter's ticket dies with the session. Call `uncut`
+        with it once its block is over. One scope, not a task racing the block nor a scope per
+        cause: an idle waiter costs memory, and a thousand of them may wait on one session."""
+        scope = anyio.CancelScope(deadline=anyio.current_time() + within)
+        if self._stopped.is_set():
+            scope.cancel()
+        self._cut.add(scope)
+        return scope
+
+    def uncut(self, scope: anyio.CancelScope) -> None:
+        """Forget a scope of `cut_at_end` (its block is over)."""
+        self._cut.discard(scope)
 
     def _end(self) -> None:
         self._stopped.set()

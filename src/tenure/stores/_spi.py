@@ -157,7 +157,8 @@ class Store(ABC):
 
     @abstractmethod
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
-        """Return when ``attempt`` is worth repeating, or after ``timeout`` seconds."""
+        """Return when ``attempt`` is worth repeating. The caller cancels it after ``timeout``
+        seconds (the store need not time it; a store that blocks in the server may)."""
 
     @abstractmethod
     async def leave(self, ticket: object) -> None:

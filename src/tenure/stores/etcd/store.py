@@ -402,19 +402,19 @@ class EtcdStore(Store, Elections, Records, Revocations):
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         assert isinstance(ticket, EtcdTicket)
         predecessor, revision = ticket.predecessor, ticket.read_at
-        with anyio.move_on_after(timeout):
-            if predecessor is not None:
-                create = {
-                    "key": b64(predecessor),
-                    "start_revision": str(revision + 1),
-                    "filters": ["NOPUT"],
-                }
-                async with self._gw.watch({"create_request": create}) as results:
-                    async for result in results:
-                        if result.get("events") or result.get("canceled"):
-                            self.wakeups += 1
-                            return
-            await anyio.sleep(min(timeout, 0.1))  # no watch (member gone): try again soon
+        # Timed by the caller: its scope ends the wait after ``timeout``.
+        if predecessor is not None:
+            create = {
+                "key": b64(predecessor),
+                "start_revision": str(revision + 1),
+                "filters": ["NOPUT"],
+            }
+            async with self._gw.watch({"create_request": create}) as results:
+                async for result in results:
+                    if result.get("events") or result.get("canceled"):
+                        self.wakeups += 1
+                        return
+        await anyio.sleep(min(timeout, 0.1))  # no watch (member gone): try again soon
 
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, EtcdTicket)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import unquote
 
+import anyio
+
 from ..._clock import REAL_CLOCK
 from ..._errors import InvalidArgument, LeaseLost
 from .._connect import NO_OPTIONS, ConnectOptions
@@ -36,7 +38,7 @@ from .connection import Errors, begin, connect
 from .files import default_path, wake_directory
 from .queue import Queue, Ticket
 from .schema import HELD, LIVE, boot_id
-from .wake import Fifos, drain, drop, wake_up, woken
+from .wake import Fifos, drain, drop, wake_up
 
 T = TypeVar("T")
 USAGE = "sqlite:///relative/path or sqlite:////abs/path"
@@ -390,7 +392,7 @@ class SQLiteStore(Store, Elections, Records, Revocations):
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         assert isinstance(ticket, Ticket)
-        await woken(ticket.fd, timeout)
+        await anyio.wait_readable(ticket.fd)  # the caller's scope ends it after ``timeout``
         drain(ticket.fd)
 
     async def leave(self, ticket: object) -> None:

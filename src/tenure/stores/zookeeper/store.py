@@ -433,29 +433,29 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         assert isinstance(ticket, ZooKeeperTicket)
         predecessor = ticket.predecessor
-        with anyio.move_on_after(timeout):
-            event = ticket.event
-            if ticket.armed and event is not None:  # set by the attempt
-                ticket.armed = False
+        # Timed by the caller: its scope ends the wait after ``timeout``.
+        event = ticket.event
+        if ticket.armed and event is not None:  # set by the attempt
+            ticket.armed = False
+            await event.wait()
+            self.wakeups += 1
+            return
+        if predecessor is not None:
+            event = ticket.arm()
+            client = ticket.session.client
+            try:
+                stat = await self._conn.call(
+                    ticket.session,
+                    lambda: client.exists_async(predecessor, watch=ticket.on_watch),
+                )
+            except (StoreUnavailable, Gone):
+                stat = None
+                await anyio.sleep(0.05)  # attempt again soon: it tells what happened
+            if stat is not None:
                 await event.wait()
                 self.wakeups += 1
-                return
-            if predecessor is not None:
-                event = ticket.arm()
-                client = ticket.session.client
-                try:
-                    stat = await self._conn.call(
-                        ticket.session,
-                        lambda: client.exists_async(predecessor, watch=ticket.on_watch),
-                    )
-                except (StoreUnavailable, Gone):
-                    stat = None
-                    await anyio.sleep(0.05)  # attempt again soon: it tells what happened
-                if stat is not None:
-                    await event.wait()
-                    self.wakeups += 1
-                return
-            await anyio.sleep(min(timeout, 0.1))
+            return
+        await anyio.sleep(min(timeout, 0.1))
 
     async def leave(self, ticket: object) -> None:
         assert isinstance(ticket, ZooKeeperTicket)
