@@ -322,10 +322,24 @@ class GrpcTransport(Transport):
 
     async def aclose(self) -> None:
         channels, self._channels, self._calls = list(self._channels.values()), {}, {}
+        loop = asyncio.get_running_loop() if channels else None  # (none under trio)
+        cut = [task for task in _CALLS if task.get_loop() is loop]
         for channel in channels:
             await channel.close()
+        if cut:
+            # The calls the close cancelled still have their ends to come back through grpc's
+            # poller thread, after the tasks are done: give them a moment, or they land on this
+            # loop once it is closed ("Event loop is closed" in whatever runs next).
+            await asyncio.wait(cut, timeout=1.0)
+            await asyncio.sleep(CLOSE_GRACE)
         if self._gateway is not None:
             await self._gateway.aclose()
+
+
+_CALLS: set[asyncio.Future[Any]] = set()
+"""grpc's calls in flight (their tasks), on every loop."""
+CLOSE_GRACE = 0.1
+"""Seconds a close that cancelled calls waits for grpc to deliver their ends."""
 
 
 async def _uncut(awaitable: Any) -> Any:
@@ -335,6 +349,8 @@ async def _uncut(awaitable: Any) -> Any:
     cancel scope (and a task group would take it for a crash). Here the caller waits on a
     shield, which keeps the message, and the grpc task is cancelled after."""
     task = asyncio.ensure_future(awaitable)
+    _CALLS.add(task)
+    task.add_done_callback(_CALLS.discard)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
