@@ -39,6 +39,8 @@ READ_CONNECT_ROUND = 3.0
 """The shared connection's TCP connects to every server, one round, take at most this long:
 a server cut off (its packets dropped) costs a reconnect this over the number of servers, not
 the 10 s session's share (1.4 s each of seven: three cut ones held a drill's reads 4.3 s)."""
+ANSWER_MOST = 10.0
+"""Longest wait for one answer of `Connections.answer` while its connection answers others."""
 SILENT_TRIES = 2
 """A read unanswered this many times in a row (2 s each) leaves the reader's server."""
 
@@ -173,9 +175,18 @@ class Connections:
         pending = request()
         if pending.ready():  # sent with an earlier request whose answer was awaited
             return await self._answered(session, pending)
-        with anyio.move_on_after(session.patience):
-            return await self._answered(session, pending)
-        self._unstick(session.client)  # stuck on a server that does not answer (paused, cut)
+        connection = connection_of(session.client)
+        give_up = time.monotonic() + max(session.ttl, session.patience)
+        while True:
+            answers = connection.answers
+            with anyio.move_on_after(session.patience):
+                return await self._answered(session, pending)
+            if connection.answers == answers or time.monotonic() > give_up:
+                break  # silent, not busy: a server that does not answer (paused, cut)
+            # The server answered earlier requests meanwhile: ours is queued behind them (a
+            # thousand waiters of one session), not lost. Dropping the connection would fail
+            # every one of them; wait on.
+        self._unstick(session.client)
         raise self.unavailable(f"no answer within {session.patience:.2g}s")
 
     async def _answered(self, session: ZooKeeperSession, pending: IAsyncResult) -> Any:
@@ -272,11 +283,13 @@ class Connections:
         silent = 0  # time-outs in a row: a slow server answers the next try, a dead one never
         while True:
             client = await self.reader()
+            answers = connection_of(client).answers
             try:
                 with anyio.fail_after(2.0):
                     return await result(request(client))
             except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
-                silent = silent + 1 if client.connected else 0
+                busy = connection_of(client).answers != answers  # answering others first
+                silent = silent + 1 if client.connected and not busy else 0
                 if silent >= SILENT_TRIES:  # not on the first: it would lose every request
                     self._unstick(client)  # in flight on the connection, not only this one
                     silent = 0
@@ -300,12 +313,19 @@ class Connections:
 
         return await self.read(request)
 
-    async def answer(self, pending: IAsyncResult) -> Any:
-        """The answer to a request sent on the shared connection (no second try)."""
+    async def answer(self, pending: IAsyncResult, client: KazooClient | None = None) -> Any:
+        """The answer to a request sent (no second try) on the shared connection, or on
+        ``client``'s: waited for 2 s, and on while that connection answers others first."""
         k = kazoo()
+        connection = connection_of(client if client is not None else self._reader_client())
+        give_up = time.monotonic() + ANSWER_MOST
         try:
-            with anyio.fail_after(2.0):
-                return await result(pending)
+            while True:
+                answers = connection.answers
+                with anyio.move_on_after(2.0):
+                    return await result(pending)
+                if connection.answers == answers or time.monotonic() > give_up:
+                    raise TimeoutError
         except (TimeoutError, k.exceptions.ConnectionLoss, k.exceptions.SessionExpiredError):
             raise self.unavailable("no answer") from None
         except k.exceptions.ConnectionClosedError:

@@ -96,7 +96,7 @@ async def revoked(conn: Connections, paths: Paths, session: ZooKeeperSession) ->
     found: list[Revocation] = []
     for _, answer in pending:
         with contextlib.suppress(k.exceptions.NoNodeError, ValueError):
-            data, _ = await conn.answer(answer)
+            data, _ = await conn.answer(answer, client)
             if (revocation := parse_revocation(json.loads(data))) is not None:
                 found.append(revocation)
     for child in session.notices & set(names):

@@ -413,15 +413,17 @@ class ZooKeeperStore(Store, Elections, Records, Revocations):
         marked = client.get_async(self.paths.marker(name)) if found is None else None
         for child in queue:
             try:
-                data, stat = await self._conn.answer(client.get_async(f"{parent}/{child}"))
+                data, stat = await self._conn.answer(client.get_async(f"{parent}/{child}"), client)
             except k.exceptions.NoNodeError:
                 continue  # released meanwhile: the next one holds
             try:
-                log = read_log((await self._conn.answer(proclaimed))[0]) if proclaimed else []
+                log = []
+                if proclaimed is not None:
+                    log = read_log((await self._conn.answer(proclaimed, client))[0])
             except k.exceptions.NoNodeError:
                 log = []
             try:
-                mark = Mark.parse(*await self._conn.answer(marked)) if marked else None
+                mark = Mark.parse(*await self._conn.answer(marked, client)) if marked else None
                 mark = found.mark if found is not None else mark
                 if mark and mark.lock_delay > 0 and mark.token < int(stat.czxid):
                     return None  # held back: the first in line is not granted yet

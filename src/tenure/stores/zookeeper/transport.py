@@ -138,6 +138,15 @@ def connection_classes() -> tuple[type, type]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.tls_failures: dict[tuple[str, int], str] = {}
+            self.answers = 0
+            """Messages read from the servers: a request unanswered while this grows is
+            queued behind others, not lost (a connection's answers come in order)."""
+
+        # Overridden: the one place every message from the server passes (2.11.0).
+        def _read_socket(self, read_timeout: float) -> Any:
+            answer = super()._read_socket(read_timeout)
+            self.answers += 1
+            return answer
 
         # Overridden: the one place a server's handshake failure can be seen (2.11.0).
         def _connect(self, host: str, hostip: str, port: int) -> Any:
