@@ -110,7 +110,7 @@ async def _wait(keeper: SessionKeeper, ticket: object, busy: Busy, nap: float) -
     """The store's wait for ``ticket``, for ``nap`` seconds at most, cut short when the session
     is lost: the ticket died with it, and the caller must queue again on a new session at once,
     not when the nap ends."""
-    scope = keeper.cut_at_end(nap)
+    scope = keeper.cut_at_end(math.inf if keeper.store.times_its_wait else nap)
     try:
         with scope:
             await keeper.store.wait(ticket, busy, nap)

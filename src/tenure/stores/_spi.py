@@ -100,6 +100,9 @@ class Store(ABC):
     """The guarantees the class declares; ``elections``, ``records`` and ``revoke`` are set
     here, from what the class implements (`offers`)."""
     scheme: ClassVar[str]
+    times_its_wait: ClassVar[bool] = False
+    """`wait` blocks in the server for its ``timeout`` and returns by itself: the caller does
+    not cut it off then (an answer cancelled on its way, a hand-over in it, would be lost)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -158,7 +161,7 @@ class Store(ABC):
     @abstractmethod
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         """Return when ``attempt`` is worth repeating. The caller cancels it after ``timeout``
-        seconds (the store need not time it; a store that blocks in the server may)."""
+        seconds (the store need not time it), unless the store `times_its_wait`."""
 
     @abstractmethod
     async def leave(self, ticket: object) -> None:

@@ -58,6 +58,7 @@ class FaultyStore(Store, Elections, Records, Revocations):
         self.keep_alive_calls = 0
         self.sessions_opened = 0
         self.capabilities = inner.capabilities  # type: ignore[misc]
+        self.times_its_wait = inner.times_its_wait  # type: ignore[misc]
         self.scheme = inner.scheme  # type: ignore[misc]
 
     @classmethod

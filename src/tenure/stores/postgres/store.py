@@ -57,6 +57,7 @@ class PostgresStore(Store, Elections, Records, Revocations):
     per call, expiry by the server's clock."""
 
     scheme: ClassVar[str] = "postgresql"
+    times_its_wait: ClassVar[bool] = True  # the listener's sleep, as it always was
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="correctness",
         machines="many",

@@ -67,6 +67,7 @@ class RedlockStore(Store, Elections):
     as one Redis."""
 
     scheme: ClassVar[str] = "redlock"
+    times_its_wait: ClassVar[bool] = True  # BLPOP, timed by the servers
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",
         machines="many",

@@ -56,6 +56,7 @@ class RedisStore(Store, Elections, Records, Revocations):
     a lock and its counter."""
 
     scheme: ClassVar[str] = "redis"
+    times_its_wait: ClassVar[bool] = True  # BLPOP, timed by the server
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",
         machines="many",
