@@ -135,6 +135,18 @@ def created_at(key: bytes, revision: int) -> JSON:
     }
 
 
+def oldest(prefix: bytes, end: bytes, revision: int) -> JSON:
+    """A compare: no key in ``[prefix, end)`` was created before ``revision`` (a range compare
+    holds for every key in the range)."""
+    return {
+        "key": b64(prefix),
+        "range_end": b64(end),
+        "target": "CREATE",
+        "result": "GREATER",
+        "create_revision": str(revision - 1),
+    }
+
+
 def modded_at(key: bytes, revision: int | str) -> JSON:
     """A compare: ``key`` was last written at ``revision`` (0: there is no ``key``)."""
     return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}

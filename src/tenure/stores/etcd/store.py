@@ -58,6 +58,7 @@ from .keys import (
     leased_to,
     lock_info,
     modded_at,
+    oldest,
     prefix_end,
     put_op,
     range_op,
@@ -246,10 +247,28 @@ class EtcdStore(Store, Elections, Records, Revocations):
         if ticket is not None:
             # A waiter's own key is normally there: re-check with reads only. etcd serves a txn
             # with no put in either branch by a linearizable ReadIndex read instead of a Raft
-            # round (a put even in a branch not taken makes the whole txn a write).
+            # round (a put even in a branch not taken makes the whole txn a write), unless the
+            # grant's hold-back key goes with it (below).
+            queued_at = ticket.revision
             reads = [get_op(key), first_op(prefix, end), count]
-            reads += [last_op(prefix, end, 1, below=ticket.revision - 1), get_op(held_key)]
-            answer = await self._txn([], reads, [])  # failing: the ticket stays, nothing to undo
+            reads += [last_op(prefix, end, 1, below=queued_at - 1), get_op(held_key)]
+            if session.hold:
+                # With a lock-delay, a woken waiter is usually first now, and its grant puts its
+                # hold-back key: put in the re-check's own txn if it is first (no older key in
+                # the queue) and the name not held back, one round trip instead of two.
+                first_now = [created_at(key, queued_at), oldest(prefix, end, queued_at)]
+                first_now.append(absent({"key": b64(held_key)}))
+                claim = hold_op(held_key, session.hold, session.lock_delay, queued_at)
+                try:
+                    answer = await self._txn(first_now, [claim], reads)
+                except StoreUnavailable:
+                    session.in_doubt.add(key)  # a hold-back key put for no grant: swept once left
+                    raise
+                if answer.get("succeeded"):
+                    session.held[(name, queued_at)] = (key, slot)
+                    return Grant(token=queued_at, renewed_session=False)
+            else:
+                answer = await self._txn([], reads, [])  # failing: the ticket stays
             if not ranges(answer)[0].get("kvs"):
                 answer = None  # the own key is gone (its lease ended, or deleted): put it again
         if answer is None:
@@ -328,7 +347,7 @@ class EtcdStore(Store, Elections, Records, Revocations):
         except StoreUnavailable:
             if ticket is None:  # queued, but nobody will wait: deleted at the next keep-alive
                 session.free(name, slot)
-                session.in_doubt.add(key)
+            session.in_doubt.add(key)  # (a waiter's: with a hold-back key `_hold` may have put)
             raise
         if ticket is None:
             ticket = EtcdTicket(session, name, key, slot, mine)
