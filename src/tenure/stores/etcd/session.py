@@ -62,7 +62,7 @@ class EtcdSession(Session):
         return {(name, slot) for name, used in self.slots.items() for slot in used}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: a thousand may wait on one client
 class EtcdTicket:
     session: EtcdSession
     name: str

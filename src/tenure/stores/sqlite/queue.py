@@ -14,7 +14,7 @@ from .schema import LIVE
 from .wake import Fifos
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a thousand may wait on one client
 class Ticket:
     """A place in the queue: its row, and the FIFO its waiter listens on."""
 

@@ -71,7 +71,7 @@ class ZooKeeperSession(Session):
         return node_data(self.owner, self.granted)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: a thousand may wait on one client
 class ZooKeeperTicket:
     session: ZooKeeperSession
     name: str
