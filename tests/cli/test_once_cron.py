@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from conftest import Cli
 
 pytestmark = pytest.mark.timeout(120)
-JOB_LINE = 'echo "$TENURE_SLOT {who} $TENURE_ATTEMPT $TENURE_TOKEN" >> {log}; sleep {sleep}'
+# exec: the sleep is the runner's child itself, and dies with it (a forked sleep would outlive a
+# killed runner and hold its output pipes open until it ends: 27 s of each kill test's teardown).
+JOB_LINE = 'echo "$TENURE_SLOT {who} $TENURE_ATTEMPT $TENURE_TOKEN" >> {log}; exec sleep {sleep}'
 
 
 def history(cli: Cli, store: str, job: str) -> list[dict[str, Any]]:
