@@ -151,16 +151,17 @@ class Sessions:
         if not session.in_doubt:
             return
         prefix = self._keys.prefix
-        in_use = {self._keys.queued(prefix(n), session.id, s) for n, s in session.claimed()}
-        held = {name for name, _ in session.held}
 
         async def delete(key: bytes) -> None:
+            # Read as each key is sent, not once: an earlier delete's await may have seen a new
+            # grant of the same name on this session, whose hold-back key must stay.
+            in_use = {self._keys.queued(prefix(n), session.id, s) for n, s in session.claimed()}
             if key in in_use:
                 return
             name = self._keys.name_of(key)
             held_key = self._keys.held(name)
             # Our hold-back key of a name we hold no more stands for no grant: it goes too.
-            ours = session.hold and name not in held
+            ours = session.hold and all(held != name for held, _ in session.held)
             body = {
                 "compare": [leased_to(held_key, session.hold)] if ours else [],
                 "success": [delete_op(key)] + ([delete_op(held_key)] if ours else []),

@@ -347,7 +347,7 @@ class EtcdStore(Store, Elections, Records, Revocations):
         except StoreUnavailable:
             if ticket is None:  # queued, but nobody will wait: deleted at the next keep-alive
                 session.free(name, slot)
-            session.in_doubt.add(key)  # (a waiter's: with a hold-back key `_hold` may have put)
+                session.in_doubt.add(key)
             raise
         if ticket is None:
             ticket = EtcdTicket(session, name, key, slot, mine)
