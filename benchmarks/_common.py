@@ -619,7 +619,10 @@ def fan_out(script: str | Path, parts: Sequence[Sequence[str]]) -> int:
     began = time.monotonic()
     ran = each(parts, run, side_by_side=True)
     done = [proc for proc, _ in ran]
-    for part, (proc, seconds) in zip(parts, ran, strict=True):
+    # Failed parts print last, so the end of the output (all a CI log may keep) shows them.
+    for part, (proc, seconds) in sorted(
+        zip(parts, ran, strict=True), key=lambda r: bool(r[1][0].returncode)
+    ):
         print(
             f"\n======== smoke {' '.join(part)}: exit {proc.returncode}, {seconds:.0f} s ========"
         )
