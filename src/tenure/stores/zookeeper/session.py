@@ -7,13 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from ..._values import Holder
 from .._kit import InDoubt, patience
 from .._spi import Session
 from .nodes import node_data
-from .transport import waker
+from .transport import Wakeup, waker
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -52,6 +50,8 @@ class ZooKeeperSession(Session):
     """(name, token) of grants that found no one else in the queue."""
     notices: set[str] = field(default_factory=set)
     """The revocation notices the last ``revoked`` returned: acted on, deleted by the next."""
+    call: Callable[[Callable[[], object]], None] | None = None
+    """`waker()` of the loop this session is used on: its waiters' watches wake them by it."""
 
     @property
     def gone(self) -> bool:
@@ -84,25 +84,22 @@ class ZooKeeperTicket:
     left: bool = False
     armed: bool = False
     """The last attempt set the watch on ``predecessor``: `wait` awaits its wake-up."""
-    event: anyio.Event | None = None
-    call: Callable[[Callable[[], object]], None] | None = None
+    event: Wakeup | None = None
 
     def on_watch(self, _event: object) -> None:  # kazoo's thread: hand over, nothing more
-        if self.call is not None:
-            self.call(self._wake)
+        if self.event is not None:
+            self.event.set_soon()
 
     on_watch.direct = True  # type: ignore[attr-defined]  # run on kazoo's connection thread
 
-    def arm(self) -> anyio.Event:
-        """A new wake-up event, before the watch that sets it is sent."""
-        self.event = anyio.Event()
-        self.call = waker()
+    def arm(self) -> Wakeup:
+        """A new wake-up, before the watch that sets it is sent."""
+        if self.session.call is None:
+            self.session.call = waker()
+        self.event = Wakeup(self.session.call)
         return self.event
 
     def wake(self) -> None:
         """Wake `wait` (on the loop)."""
-        self._wake()
-
-    def _wake(self) -> None:
         if self.event is not None:
             self.event.set()

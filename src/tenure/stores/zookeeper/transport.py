@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import sniffio
 
 from ..._errors import InvalidArgument, StoreUnavailable
@@ -223,25 +224,61 @@ def waker() -> Callable[[Callable[[], object]], None]:
     return call_trio
 
 
-class _Wake:
-    """`result`'s callback: schedules ``done.set`` on the loop, from whichever thread sets the
-    result (``direct``: kazoo's connection thread, see `direct_results`)."""
+class Wakeup:
+    """A one-shot wake-up for one waiting task: `set` on the loop, `set_soon` (or
+    `on_result`, a kazoo result's callback) from kazoo's connection thread. On asyncio, a bare
+    future made only while a task waits: an ``anyio.Event`` keeps an asyncio event and its
+    deque (0.8 kB) for as long as it lives, and a thousand waiters of one client keep one each
+    (and every request made one)."""
 
-    direct = True
+    __slots__ = ("_call", "_event", "_future", "_set")
 
-    def __init__(self, call: Callable[[Callable[[], object]], None], done: anyio.Event) -> None:
-        self.call, self.done = call, done
+    def __init__(self, call: Callable[[Callable[[], object]], None]) -> None:
+        self._call = call  # `waker()`: runs a function on the loop, from any thread
+        self._set = False
+        self._future: asyncio.Future[None] | None = None
+        self._event: anyio.Event | None = None  # on other backends than asyncio
 
-    def __call__(self, _result: object) -> None:
-        self.call(self.done.set)
+    def set(self) -> None:
+        self._set = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+        if self._event is not None:
+            self._event.set()
+
+    def set_soon(self) -> None:
+        self._call(self.set)
+
+    def on_result(self, _result: object) -> None:
+        self._call(self.set)
+
+    on_result.direct = True  # type: ignore[attr-defined]  # see `direct_results`
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            await anyio.lowlevel.checkpoint()
+            return
+        if sniffio.current_async_library() != "asyncio":
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+            return
+        self._future = future = asyncio.get_running_loop().create_future()
+        try:
+            await future
+        finally:
+            self._future = None
 
 
 async def result(async_result: IAsyncResult) -> Any:
-    """Await a kazoo result; kazoo's thread only schedules ``done.set`` on the loop. An answer
+    """Await a kazoo result; kazoo's thread only schedules the wake-up on the loop. An answer
     already in (the later ones of requests sent together) is taken at once, without a hop."""
     if not async_result.ready():
-        done = anyio.Event()
-        async_result.rawlink(_Wake(waker(), done))
+        done = Wakeup(waker())
+        async_result.rawlink(done.on_result)
         await done.wait()
     try:
         return async_result.get_nowait()
