@@ -54,8 +54,10 @@ def test_unfenced_permits_under_pauses_accept_stale_writes(
     tmp_path: Path, sqlite_store_url: str
 ) -> None:
     """The positive control: a paused holder wakes up and writes with its old token after its
-    slot's next holder wrote with a newer one; without the fence the resource takes it."""
-    report = semaphore_run(tmp_path, "pause", sqlite_store_url, fenced=False)
+    slot's next holder wrote with a newer one; without the fence the resource takes it. The
+    pauses outlast TTL + lock-delay + a whole step, so each one that finds its holder at work
+    (most of a hold) gives a stale write: a pause of 1-3 TTLs gave none in one CI run."""
+    report = semaphore_run(tmp_path, "long-pause", sqlite_store_url, fenced=False)
     assert report.violations["stale-item-write"] >= 1, report.to_text()
     assert not report.passed
     assert report.violations["permit-overlap"] == 0, report.to_text()  # the permits held

@@ -10,6 +10,9 @@ Kinds:
 
 ==============  ===============================================================================
 pause           SIGSTOP the holder for 1–3 × TTL, then SIGCONT.
+long-pause      the same for TTL + lock-delay + a whole step (the longest think) + 0.5 s: a
+                holder paused in its work wakes up after the next holder of its lock wrote (the
+                positive control of stale writes, whatever the pause's length would decide).
 group-pause     SIGSTOP the holder's whole supervisor group (``run`` workload: ``tenure run`` and
                 its child's group) for 0.5–0.9 × lock-delay, then SIGCONT (child first).
 long-group-pause  the same for TTL + lock-delay + 0.5 s + 0.5–1 × TTL: longer than anything a
@@ -72,10 +75,21 @@ class Stage(Protocol):
     @property
     def effective_lock_delay(self) -> float: ...
 
+    @property
+    def longest_think(self) -> float: ...
+
     def server(self) -> ServerControl: ...
 
 
-PROCESS_FAULTS = ("pause", "group-pause", "long-group-pause", "kill", "kill-any", "stall")
+PROCESS_FAULTS = (
+    "pause",
+    "long-pause",
+    "group-pause",
+    "long-group-pause",
+    "kill",
+    "kill-any",
+    "stall",
+)
 OPERATOR_FAULTS = ("revoke", "revoke-now")
 LINK_FAULTS = ("partition", "short-partition", "lost-reply")
 STORE_FAULTS = (
@@ -163,6 +177,19 @@ class Nemesis:
             self.span(1, 3),
             lambda: worker.signal(signal.SIGSTOP),
             lambda: worker.signal(signal.SIGCONT),
+        )
+
+    def fault_long_pause(self) -> None:
+        worker = self.holder()
+        # Past the lease and lock-delay, then time for the next holder's whole step.
+        seconds = self.ttl + self.run.effective_lock_delay + self.run.longest_think + 0.5
+        self.lasting(
+            "long-pause",
+            worker.name,
+            seconds,
+            lambda: worker.signal(signal.SIGSTOP),
+            lambda: worker.signal(signal.SIGCONT),
+            length=round(seconds, 3),
         )
 
     def fault_group_pause(self) -> None:

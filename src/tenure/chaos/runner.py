@@ -85,6 +85,11 @@ class Run:
             return self.lock_delay
         return default_lock_delay(self.ttl) if self.workload == RUN else 0.0
 
+    @property
+    def longest_think(self) -> float:
+        """The longest work between a holder's read and its write (``--think``), in seconds."""
+        return self.ttl * self.scenario.think
+
     def server(self) -> ServerControl:
         if self.control is None:
             raise InvalidArgument(f"scenario {self.scenario.name!r} needs a store it controls")
@@ -238,7 +243,7 @@ class Run:
             "--process", name, "--history", str(history_dir / f"{name}.jsonl"),
             "--ready", str(history_dir / f"{name}.ready"), "--go", str(go),
             "--lock", self.lock, "--ttl", repr(self.ttl),
-            "--think", repr(self.ttl * self.scenario.think), "--seed", str(self.seed),
+            "--think", repr(self.longest_think), "--seed", str(self.seed),
             "--clock-rate", repr(self._clock_rate()),
             "--lock-delay", repr(self.effective_lock_delay),
             "--stall-file", str(history_dir / f"{name}.stall"), "--items", str(self.items),

@@ -29,6 +29,12 @@ SCENARIOS = {
         Scenario("smoke", "a healthy store under high contention with short TTLs: no faults"),
         Scenario("pause", "the holder is paused (SIGSTOP) for 1-3 TTLs, then resumed", ("pause",)),
         Scenario(
+            "long-pause",
+            "the holder is paused for longer than TTL + lock-delay + a work step: paused in its "
+            "work, it wakes up after the next holder wrote (the positive control of stale writes)",
+            ("long-pause",),
+        ),
+        Scenario(
             "group-pause",
             "the holder's whole supervisor group (tenure run and its command) is paused for "
             "less than the lock-delay: no two commands may work at once",

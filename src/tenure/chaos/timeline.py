@@ -42,6 +42,7 @@ DIAGNOSTIC = "#7b4fa6"
 # Fault colours keep clear of the marks' green, orange and red.
 FAULT_COLOURS = {
     "pause": "#4e79a7",
+    "long-pause": "#2f4b7c",
     "stall": "#6b6ecf",
     "kill": "#111111",
     "partition": "#b07aa1",

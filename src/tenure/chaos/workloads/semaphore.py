@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import tenure
 
+from ..._semaphore import PREFIX as SEMAPHORE_PREFIX
+from ..._semaphore import gate_name
 from ..checks import permit_windows
 from ..history import Event, LeaseWindow, WorkRecord
 from ..resource import SEMAPHORE, slot_item, slot_items
@@ -44,6 +46,13 @@ def step(worker: Worker, lease: tenure.Lease) -> None:
     )  # fmt: skip
 
 
+def holders(observer: tenure.Client, lock: str) -> list[tenure.LockInfo]:
+    """The permits' holders: the slots' locks (the gate's holder is a waiter)."""
+    gate = gate_name(lock)
+    infos = observer.locks(prefix=f"{SEMAPHORE_PREFIX}{lock}/")
+    return [info for info in infos if info.name != gate]
+
+
 def settings(sizes: Sizes) -> dict[str, Any]:
     """What the permit-overlap checker needs."""
     return {"items": slot_items(sizes.permits), "permits": sizes.permits}
@@ -54,4 +63,6 @@ def lanes(lock: str, history: Sequence[Event], work: Sequence[WorkRecord]) -> li
     return permit_windows(history)
 
 
-WORKLOAD = Workload(SEMAPHORE, step=step, ask=ask, take=take, settings=settings, lanes=lanes)
+WORKLOAD = Workload(
+    SEMAPHORE, step=step, ask=ask, take=take, holders=holders, settings=settings, lanes=lanes
+)
