@@ -105,13 +105,13 @@ class _Stream:
             waiter = self._pending.popleft() if self._pending else None
             if waiter is None:
                 return
-            if reply.canceled:
-                # Refused at creation: a stale token (renewed before the next stream opens),
-                # or a refusal said as "permission denied", which the stream's token may be
-                # behind too: the next wait opens a new stream with the token in use then.
-                self.stale_token = self._transport.is_stale_token(reply.cancel_reason)
-                waiter.wake(by_its_watch=False)
-                self.end()
+            if reply.canceled:  # refused at creation (a stale token, a compacted revision)
+                if self._transport.is_stale_token(reply.cancel_reason):
+                    self.stale_token = True  # opened again with a new token
+                    waiter.wake(by_its_watch=False)
+                    self.end()
+                else:
+                    waiter.wake()
                 return
             waiter.watch_id = watch_id
             if waiter.gone:
