@@ -23,7 +23,6 @@ import anyio
 
 from ..._errors import InvalidArgument
 from .gateway import Gateway
-from .grpc_waits import SharedWatches
 from .transport import (
     JSON,
     PROBE,
@@ -131,7 +130,6 @@ class GrpcTransport(Transport):
         self._channels: dict[int, Any] = {}
         self._calls: dict[tuple[int, str], Any] = {}
         self._gateway: Gateway | None = None
-        self._waits = SharedWatches(self)
         self._settings = {"connect_timeout": connect_timeout, "request_timeout": request_timeout}
 
     # -- channels --------------------------------------------------------------------------
@@ -176,7 +174,7 @@ class GrpcTransport(Transport):
         # refusing: grpc tries it again within a second, and a later call finds it back.
         with anyio.move_on_after(self.connect_timeout):
             while now not in (state.READY, state.TRANSIENT_FAILURE):
-                await uncut(channel.wait_for_state_change(now))
+                await _uncut(channel.wait_for_state_change(now))
                 now = channel.get_state(try_to_connect=True)
         if now == state.READY:
             return
@@ -233,12 +231,12 @@ class GrpcTransport(Transport):
         rpc = self._callable(index, method)
         try:
             if not method.streams:
-                reply = await uncut(rpc(request, timeout=timeout, metadata=metadata))
+                reply = await _uncut(rpc(request, timeout=timeout, metadata=metadata))
                 return to_json(reply)
             call = rpc(timeout=timeout, metadata=metadata)
             try:
-                await uncut(call.write(request))
-                reply = await uncut(call.read())
+                await _uncut(call.write(request))
+                reply = await _uncut(call.read())
             finally:
                 call.cancel()
         except self._grpc.aio.AioRpcError as exc:
@@ -271,7 +269,7 @@ class GrpcTransport(Transport):
                 await self._connected(index, {index})  # no TLS probe: only who answers
                 rpc = self._callable(index, method)
                 metadata = (("token", token),) if token else None
-                reply = await uncut(rpc(method.request(), timeout=PROBE, metadata=metadata))
+                reply = await _uncut(rpc(method.request(), timeout=PROBE, metadata=metadata))
                 return bool(reply.leader)
         except (Failed, self._grpc.aio.AioRpcError):
             pass
@@ -304,9 +302,9 @@ class GrpcTransport(Transport):
                 return
             call = self._callable(index, method)(metadata=(("token", token),) if token else None)
             try:
-                await uncut(call.write(request))
+                await _uncut(call.write(request))
                 while True:
-                    reply = await uncut(call.read())
+                    reply = await _uncut(call.read())
                     if reply is self._grpc.aio.EOF:
                         return
                     result = to_json(reply)
@@ -322,54 +320,10 @@ class GrpcTransport(Transport):
             if not await self._fresh_token(token):
                 return
 
-    async def wait_event(self, body: JSON) -> bool:
-        if self._fallback() is not None:
-            return await super().wait_event(body)
-        return await self._waits.wait(self._request("watch", {"create_request": body})[1])
-
-    # What `SharedWatches` needs of the transport.
-
-    @property
-    def grpc(self) -> Any:
-        return self._grpc
-
-    @staticmethod
-    async def uncut(awaitable: Any) -> Any:
-        """`uncut`: a grpc awaitable, tracked so that `aclose` waits for its end."""
-        return await uncut(awaitable)
-
-    async def open_watch_stream(self) -> tuple[int, Any, str] | None:
-        """A new Watch stream to the member in use: its index, the call and the token it
-        was opened with; None (the member skipped) if it cannot be reached."""
-        token = await self._token_for_watch()
-        index = self.current
-        try:
-            await self._connected(index, {index})
-        except Failed:
-            self._skip(index)
-            return None
-        method = self._methods["watch"]
-        metadata = (("token", token),) if token else None
-        return index, self._callable(index, method)(metadata=metadata), token
-
-    def watch_cancel(self, watch_id: int) -> Any:
-        return self._request("watch", {"cancel_request": {"watch_id": str(watch_id)}})[1]
-
-    def skip(self, index: int) -> None:
-        self._skip(index)
-
-    @staticmethod
-    def is_stale_token(reason: str) -> bool:
-        return stale_token(str(reason or ""))
-
-    async def fresh_token_for_watch(self, stale: str) -> None:
-        await self._fresh_token(stale)
-
     async def aclose(self) -> None:
         channels, self._channels, self._calls = list(self._channels.values()), {}, {}
         loop = asyncio.get_running_loop() if channels else None  # (none under trio)
-        cut = [task for task in _CALLS if task.get_loop() is loop]  # the waiters' stream's too
-        await self._waits.aclose()
+        cut = [task for task in _CALLS if task.get_loop() is loop]
         for channel in channels:
             await channel.close()
         if cut:
@@ -388,7 +342,7 @@ CLOSE_GRACE = 0.1
 """Seconds a close that cancelled calls waits for grpc to deliver their ends."""
 
 
-async def uncut(awaitable: Any) -> Any:
+async def _uncut(awaitable: Any) -> Any:
     """Await one of grpc's awaitables so that a cancellation reaches the caller as anyio made
     it. grpc awaits tasks of its own, whose cancellation raises a bare ``CancelledError``:
     anyio, which knows its cancellations by their message, would let that one out of every
