@@ -170,26 +170,22 @@ class Nemesis:
             self.rec.record(kind, "ok", value={"target": target})
 
     def fault_pause(self) -> None:
-        worker = self.holder()
-        self.lasting(
-            "pause",
-            worker.name,
-            self.span(1, 3),
-            lambda: worker.signal(signal.SIGSTOP),
-            lambda: worker.signal(signal.SIGCONT),
-        )
+        self._pause("pause", self.span(1, 3))
 
     def fault_long_pause(self) -> None:
-        worker = self.holder()
         # Past the lease and lock-delay, then time for the next holder's whole step.
         seconds = self.ttl + self.run.effective_lock_delay + self.run.longest_think + 0.5
+        self._pause("long-pause", seconds, length=round(seconds, 3))
+
+    def _pause(self, kind: str, seconds: float, **value: Any) -> None:
+        worker = self.holder()
         self.lasting(
-            "long-pause",
+            kind,
             worker.name,
             seconds,
             lambda: worker.signal(signal.SIGSTOP),
             lambda: worker.signal(signal.SIGCONT),
-            length=round(seconds, 3),
+            **value,
         )
 
     def fault_group_pause(self) -> None:

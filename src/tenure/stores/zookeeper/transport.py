@@ -254,9 +254,6 @@ class Wakeup:
 
     on_result.direct = True  # type: ignore[attr-defined]  # see `direct_results`
 
-    def is_set(self) -> bool:
-        return self._set
-
     async def wait(self) -> None:
         if self._set:
             await anyio.lowlevel.checkpoint()
