@@ -4,6 +4,7 @@ their .proto files. Real etcd members only (the shared 3-member cluster of plugi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import tenure
 from tenure import InvalidArgument
 from tenure.stores.etcd import EtcdStore
 from tenure.stores.etcd.gateway import Gateway
+from tenure.stores.etcd.grpc_ends import waits_for_status
 from tenure.stores.etcd.grpc_transport import GrpcTransport, _methods
 from tenure.stores.etcd.keys import (
     Keys,
@@ -195,3 +197,32 @@ def test_a_bad_body_is_one_invalid_argument(body: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument) as raised:
         fill(_methods()["kv/range"].request(), body)
     assert "RangeRequest" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def grpc_status_waits() -> list[asyncio.Task[Any]]:
+    return [task for task in asyncio.all_tasks() if waits_for_status(task)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_closed_store_leaves_grpc_nothing_owed_to_its_loop(etcd_store_url: str) -> None:
+    """grpc's core hands each completion to the loop that started the operation; one that comes
+    back after that loop closed fails in whichever loop runs next ("Event loop is closed", a
+    later test's). So after ``aclose`` no task of grpc's is left on the loop: not a read of a
+    watch cancelled while waiting, not the status of its stream. grpc's status wait is found by
+    its task's name (`grpc_ends`), asserted while the stream is open: a grpc that renames it
+    fails here rather than bringing the flake back."""
+    before = asyncio.all_tasks()
+    store = EtcdStore.from_url(etcd_store_url)
+    watch = await store.watch("idle")
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.next, 60)
+            with anyio.fail_after(5):
+                while not grpc_status_waits():  # the stream is open
+                    await anyio.sleep(0.01)
+            assert len(grpc_status_waits()) == 1
+            await watch.aclose()  # the waiting read is cut: its stream is cancelled
+    finally:
+        await store.aclose()
+    assert asyncio.all_tasks() == before

@@ -23,6 +23,7 @@ import anyio
 
 from ..._errors import InvalidArgument
 from .gateway import Gateway
+from .grpc_ends import STREAMS
 from .transport import (
     JSON,
     PROBE,
@@ -129,6 +130,10 @@ class GrpcTransport(Transport):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._channels: dict[int, Any] = {}
         self._calls: dict[tuple[int, str], Any] = {}
+        self._unary: set[asyncio.Future[Any]] = set()
+        self._running: set[asyncio.Future[Any]] = set()
+        """grpc's awaitables this transport started and that have not ended (``_unary``: the
+        unary calls among them), on every loop: `aclose` waits for them."""
         self._gateway: Gateway | None = None
         self._settings = {"connect_timeout": connect_timeout, "request_timeout": request_timeout}
 
@@ -174,7 +179,7 @@ class GrpcTransport(Transport):
         # refusing: grpc tries it again within a second, and a later call finds it back.
         with anyio.move_on_after(self.connect_timeout):
             while now not in (state.READY, state.TRANSIENT_FAILURE):
-                await _uncut(channel.wait_for_state_change(now))
+                await self._grpc_await(channel.wait_for_state_change(now))
                 now = channel.get_state(try_to_connect=True)
         if now == state.READY:
             return
@@ -231,12 +236,13 @@ class GrpcTransport(Transport):
         rpc = self._callable(index, method)
         try:
             if not method.streams:
-                reply = await _uncut(rpc(request, timeout=timeout, metadata=metadata))
+                unary = rpc(request, timeout=timeout, metadata=metadata)
+                reply = await self._grpc_await(unary, unary=True)
                 return to_json(reply)
-            call = rpc(timeout=timeout, metadata=metadata)
+            call = STREAMS.made(rpc(timeout=timeout, metadata=metadata))
             try:
-                await _uncut(call.write(request))
-                reply = await _uncut(call.read())
+                await self._grpc_await(call.write(request))
+                reply = await self._grpc_await(call.read())
             finally:
                 call.cancel()
         except self._grpc.aio.AioRpcError as exc:
@@ -269,7 +275,8 @@ class GrpcTransport(Transport):
                 await self._connected(index, {index})  # no TLS probe: only who answers
                 rpc = self._callable(index, method)
                 metadata = (("token", token),) if token else None
-                reply = await _uncut(rpc(method.request(), timeout=PROBE, metadata=metadata))
+                request = rpc(method.request(), timeout=PROBE, metadata=metadata)
+                reply = await self._grpc_await(request, unary=True)
                 return bool(reply.leader)
         except (Failed, self._grpc.aio.AioRpcError):
             pass
@@ -300,11 +307,12 @@ class GrpcTransport(Transport):
             except Failed:
                 self._skip(index)
                 return
-            call = self._callable(index, method)(metadata=(("token", token),) if token else None)
+            rpc = self._callable(index, method)
+            call = STREAMS.made(rpc(metadata=(("token", token),) if token else None))
             try:
-                await _uncut(call.write(request))
+                await self._grpc_await(call.write(request))
                 while True:
-                    reply = await _uncut(call.read())
+                    reply = await self._grpc_await(call.read())
                     if reply is self._grpc.aio.EOF:
                         return
                     result = to_json(reply)
@@ -320,43 +328,47 @@ class GrpcTransport(Transport):
             if not await self._fresh_token(token):
                 return
 
+    async def _grpc_await(self, awaitable: Any, *, unary: bool = False) -> Any:
+        """Await one of grpc's awaitables behind a shield. A cancellation reaches the caller as
+        anyio made it: grpc awaits tasks of its own, whose cancellation raises a bare
+        ``CancelledError`` that anyio (which knows its cancellations by their message) would
+        let out of every cancel scope. grpc's task is not cancelled: its operation would stay
+        owed to this loop (`grpc_ends`). It ends on its own: a unary call by its deadline, a
+        stream's read or write when the stream is cancelled (each is, in a ``finally``), a wait
+        for a channel's state at the next change or the channel's close."""
+        task = asyncio.ensure_future(awaitable)
+        for tracked in (self._running, self._unary) if unary else (self._running,):
+            tracked.add(task)
+            task.add_done_callback(tracked.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_retrieved)
+            raise
+
     async def aclose(self) -> None:
         channels, self._channels, self._calls = list(self._channels.values()), {}, {}
-        loop = asyncio.get_running_loop() if channels else None  # (none under trio)
-        cut = [task for task in _CALLS if task.get_loop() is loop]
-        for channel in channels:
-            await channel.close()
-        if cut:
-            # The calls the close cancelled still have their ends to come back through grpc's
-            # poller thread, after the tasks are done: give them a moment, or they land on this
-            # loop once it is closed ("Event loop is closed" in whatever runs next).
-            await asyncio.wait(cut, timeout=1.0)
-            await asyncio.sleep(CLOSE_GRACE)
+        if channels:  # (none under trio)
+            # Nothing of grpc's may stay owed to this loop (`grpc_ends`). The unary calls first,
+            # each ended by its deadline: a channel's close would cancel them. Then the close
+            # cancels the streams and ends the state waits, whose ends come back.
+            loop = asyncio.get_running_loop()
+            unary = [task for task in self._unary if task.get_loop() is loop]
+            if unary:
+                await asyncio.wait(unary, timeout=self.budget)
+            for channel in channels:
+                await channel.close()
+            running = [task for task in self._running if task.get_loop() is loop]
+            if running:
+                await asyncio.wait(running, timeout=SETTLE)
+            await STREAMS.settled(SETTLE)
         if self._gateway is not None:
             await self._gateway.aclose()
 
 
-_CALLS: set[asyncio.Future[Any]] = set()
-"""grpc's calls in flight (their tasks), on every loop."""
-CLOSE_GRACE = 0.1
-"""Seconds a close that cancelled calls waits for grpc to deliver their ends."""
-
-
-async def _uncut(awaitable: Any) -> Any:
-    """Await one of grpc's awaitables so that a cancellation reaches the caller as anyio made
-    it. grpc awaits tasks of its own, whose cancellation raises a bare ``CancelledError``:
-    anyio, which knows its cancellations by their message, would let that one out of every
-    cancel scope (and a task group would take it for a crash). Here the caller waits on a
-    shield, which keeps the message, and the grpc task is cancelled after."""
-    task = asyncio.ensure_future(awaitable)
-    _CALLS.add(task)
-    task.add_done_callback(_CALLS.discard)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.cancel()
-        task.add_done_callback(_retrieved)
-        raise
+SETTLE = 2.0
+"""Seconds at most a close waits for grpc's ends once it cancelled the calls (they come back in
+milliseconds; this bounds the wait if they did not)."""
 
 
 def _retrieved(task: asyncio.Future[Any]) -> None:
