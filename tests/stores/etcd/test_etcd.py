@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+import urllib.request
 import uuid
 from contextlib import AsyncExitStack
 from typing import Any
@@ -159,6 +160,64 @@ async def hold_through(etcd_cluster: EtcdCluster, url: str, fault: str) -> None:
     finally:
         etcd_cluster.healthy()
     assert etcd_cluster.leader() is not None
+
+
+def watching(cluster: EtcdCluster) -> tuple[int, int]:
+    """(watch streams, watchers) open on every member, from etcd's own metrics."""
+    streams = watchers = 0
+    for member in cluster.members:
+        url, context = member.client_url + "/metrics", cluster.client_context()
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            for line in resp.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "etcd_debugging_mvcc_watch_stream_total":
+                    streams += int(float(value))
+                elif name == "etcd_debugging_mvcc_watcher_total":
+                    watchers += int(float(value))
+    return streams, watchers
+
+
+async def test_a_clients_waiters_share_one_watch_stream(
+    etcd_cluster: EtcdCluster, etcd_store_url: str
+) -> None:
+    """Thirty waiters of one client are thirty watches on one stream, not thirty streams; a
+    waiter that gives up has its watch cancelled, and the hand-over still reaches the first."""
+    count = 30
+    before = watching(etcd_cluster)
+    async with (
+        tenure.connect_async(etcd_store_url) as holder,
+        tenure.connect_async(etcd_store_url) as client,
+    ):
+        held = await holder.lock("crowd", ttl=5).acquire()
+        got: list[int] = []
+        async with anyio.create_task_group() as tg:
+            scopes = []
+            for index in range(count):
+                scope = anyio.CancelScope()
+                scopes.append(scope)
+
+                async def wait(index: int = index, scope: anyio.CancelScope = scope) -> None:
+                    with scope:
+                        lease = await client.lock("crowd", ttl=5).acquire()
+                        got.append(index)
+                        await lease.release()
+
+                tg.start_soon(wait)
+                await anyio.sleep(0.02)  # queued in this order
+            with anyio.fail_after(10):
+                while watching(etcd_cluster)[1] - before[1] < count:
+                    await anyio.sleep(0.05)
+            assert watching(etcd_cluster)[0] - before[0] == 1  # one stream for all of them
+            for scope in scopes[10:]:
+                scope.cancel()  # twenty give up
+            with anyio.fail_after(10):
+                while watching(etcd_cluster)[1] - before[1] > 10:
+                    await anyio.sleep(0.05)
+            await held.release()
+        assert got == list(range(10))  # each woken in turn by its predecessor's release
+    with anyio.fail_after(10):
+        while watching(etcd_cluster) != before:
+            await anyio.sleep(0.05)
 
 
 async def test_lease_survives_a_killed_leader(

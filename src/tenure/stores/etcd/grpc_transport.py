@@ -24,6 +24,7 @@ import anyio
 from ..._errors import InvalidArgument
 from .gateway import Gateway
 from .grpc_ends import STREAMS
+from .grpc_waits import SharedWatches
 from .transport import (
     JSON,
     PROBE,
@@ -135,6 +136,7 @@ class GrpcTransport(Transport):
         """grpc's awaitables this transport started and that have not ended (``_unary``: the
         unary calls among them), on every loop: `aclose` waits for them."""
         self._gateway: Gateway | None = None
+        self._waits = SharedWatches(self)
         self._settings = {"connect_timeout": connect_timeout, "request_timeout": request_timeout}
 
     # -- channels --------------------------------------------------------------------------
@@ -179,7 +181,7 @@ class GrpcTransport(Transport):
         # refusing: grpc tries it again within a second, and a later call finds it back.
         with anyio.move_on_after(self.connect_timeout):
             while now not in (state.READY, state.TRANSIENT_FAILURE):
-                await self._grpc_await(channel.wait_for_state_change(now))
+                await self.grpc_await(channel.wait_for_state_change(now))
                 now = channel.get_state(try_to_connect=True)
         if now == state.READY:
             return
@@ -237,12 +239,12 @@ class GrpcTransport(Transport):
         try:
             if not method.streams:
                 unary = rpc(request, timeout=timeout, metadata=metadata)
-                reply = await self._grpc_await(unary, unary=True)
+                reply = await self.grpc_await(unary, unary=True)
                 return to_json(reply)
             call = STREAMS.made(rpc(timeout=timeout, metadata=metadata))
             try:
-                await self._grpc_await(call.write(request))
-                reply = await self._grpc_await(call.read())
+                await self.grpc_await(call.write(request))
+                reply = await self.grpc_await(call.read())
             finally:
                 call.cancel()
         except self._grpc.aio.AioRpcError as exc:
@@ -276,7 +278,7 @@ class GrpcTransport(Transport):
                 rpc = self._callable(index, method)
                 metadata = (("token", token),) if token else None
                 request = rpc(method.request(), timeout=PROBE, metadata=metadata)
-                reply = await self._grpc_await(request, unary=True)
+                reply = await self.grpc_await(request, unary=True)
                 return bool(reply.leader)
         except (Failed, self._grpc.aio.AioRpcError):
             pass
@@ -310,9 +312,9 @@ class GrpcTransport(Transport):
             rpc = self._callable(index, method)
             call = STREAMS.made(rpc(metadata=(("token", token),) if token else None))
             try:
-                await self._grpc_await(call.write(request))
+                await self.grpc_await(call.write(request))
                 while True:
-                    reply = await self._grpc_await(call.read())
+                    reply = await self.grpc_await(call.read())
                     if reply is self._grpc.aio.EOF:
                         return
                     result = to_json(reply)
@@ -328,7 +330,44 @@ class GrpcTransport(Transport):
             if not await self._fresh_token(token):
                 return
 
-    async def _grpc_await(self, awaitable: Any, *, unary: bool = False) -> Any:
+    async def wait_event(self, body: JSON) -> bool:
+        if self._fallback() is not None:
+            return await super().wait_event(body)
+        return await self._waits.wait(self._request("watch", {"create_request": body})[1])
+
+    # What `SharedWatches` needs of the transport.
+
+    @property
+    def grpc(self) -> Any:
+        return self._grpc
+
+    async def open_watch_stream(self) -> tuple[int, Any, str] | None:
+        """A new Watch stream to the member in use: its index, the call and the token it
+        was opened with; None (the member skipped) if it cannot be reached."""
+        token = await self._token_for_watch()
+        index = self.current
+        try:
+            await self._connected(index, {index})
+        except Failed:
+            self._skip(index)
+            return None
+        rpc = self._callable(index, self._methods["watch"])
+        return index, STREAMS.made(rpc(metadata=(("token", token),) if token else None)), token
+
+    def watch_cancel(self, watch_id: int) -> Any:
+        return self._request("watch", {"cancel_request": {"watch_id": str(watch_id)}})[1]
+
+    def skip(self, index: int) -> None:
+        self._skip(index)
+
+    @staticmethod
+    def is_stale_token(reason: str) -> bool:
+        return stale_token(str(reason or ""))
+
+    async def fresh_token_for_watch(self, stale: str) -> None:
+        await self._fresh_token(stale)
+
+    async def grpc_await(self, awaitable: Any, *, unary: bool = False) -> Any:
         """Await one of grpc's awaitables behind a shield. A cancellation reaches the caller as
         anyio made it: grpc awaits tasks of its own, whose cancellation raises a bare
         ``CancelledError`` that anyio (which knows its cancellations by their message) would
@@ -347,6 +386,7 @@ class GrpcTransport(Transport):
             raise
 
     async def aclose(self) -> None:
+        await self._waits.aclose()
         channels, self._channels, self._calls = list(self._channels.values()), {}, {}
         if channels:  # (none under trio)
             # Nothing of grpc's may stay owed to this loop (`grpc_ends`). The unary calls first,

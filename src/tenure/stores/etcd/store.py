@@ -428,11 +428,9 @@ class EtcdStore(Store, Elections, Records, Revocations):
                 "start_revision": str(revision + 1),
                 "filters": ["NOPUT"],
             }
-            async with self._gw.watch({"create_request": create}) as results:
-                async for result in results:
-                    if result.get("events") or result.get("canceled"):
-                        self.wakeups += 1
-                        return
+            if await self._gw.wait_event(create):
+                self.wakeups += 1
+                return
         await anyio.sleep(min(timeout, 0.1))  # no watch (member gone): try again soon
 
     async def leave(self, ticket: object) -> None:

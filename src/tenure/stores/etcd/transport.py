@@ -162,6 +162,17 @@ class Transport:
         refused for a stale token is opened again once with a new one."""
         raise NotImplementedError
 
+    async def wait_event(self, body: JSON) -> bool:
+        """Wait for the first event of the watch ``body`` creates (or etcd's cancel of it):
+        True; False when the stream broke or could not be opened (the caller attempts again
+        soon). The caller bounds the time. One stream per call here; `GrpcTransport` shares
+        one among its waiters."""
+        async with self.watch({"create_request": body}) as results:
+            async for result in results:
+                if result.get("events") or result.get("canceled"):
+                    return True
+        return False
+
     async def aclose(self) -> None:
         raise NotImplementedError
 
