@@ -226,3 +226,25 @@ async def test_a_closed_store_leaves_grpc_nothing_owed_to_its_loop(etcd_store_ur
     finally:
         await store.aclose()
     assert asyncio.all_tasks() == before
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_closed_clients_with_a_waiter_leave_grpc_nothing_owed(etcd_store_url: str) -> None:
+    """The same for a waiter cut while it waits on its client's shared Watch stream, beside the
+    sessions' keep-alive streams: once both clients are closed, no task of grpc's is left."""
+    before = asyncio.all_tasks()
+    async with (
+        tenure.connect_async(etcd_store_url) as holder,
+        tenure.connect_async(etcd_store_url) as client,
+    ):
+        held = await holder.lock("busy", ttl=5).acquire()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.lock("busy", ttl=5).acquire)
+            with anyio.fail_after(5):
+                while [info.waiters for info in await holder.locks("busy")] != [1]:
+                    await anyio.sleep(0.01)
+            assert grpc_status_waits()  # the waiter's stream is open
+            tg.cancel_scope.cancel()
+        await held.release()
+    assert asyncio.all_tasks() == before
