@@ -92,6 +92,9 @@ def waitress_serving(app: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{server.effective_port}"
     finally:
+        # The worker threads first: a request finishing pulls the trigger (waitress's
+        # channel.service), which fails with EBADF once close_all has closed it (seen once).
+        server.task_dispatcher.shutdown()
         # Every channel (kept-alive connections too) closed from the server's own loop thread,
         # where its trigger runs the call: the loop ends when its map is empty. (WebTest's
         # StopableWSGIServer stops waitress the same way; a one-socket server's close() only
@@ -99,4 +102,3 @@ def waitress_serving(app: Any) -> Iterator[str]:
         server.trigger.pull_trigger(lambda: wasyncore.close_all(server._map))
         thread.join(READY_TIMEOUT)
         assert not thread.is_alive(), "waitress did not stop"
-        server.task_dispatcher.shutdown()
