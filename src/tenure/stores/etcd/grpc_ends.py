@@ -26,10 +26,9 @@ STATUS_WAIT = "_AioCall._handle_status_once_received"
 """The name of grpc's task that waits for a stream's status (tests/stores/etcd checks it)."""
 
 
-def waits_for_status(task: asyncio.Future[Any]) -> bool:
+def waits_for_status(task: asyncio.Task[Any]) -> bool:
     """Whether ``task`` is grpc's wait for one stream's status."""
-    get_coro = getattr(task, "get_coro", None)
-    return get_coro is not None and getattr(get_coro(), "__qualname__", "") == STATUS_WAIT
+    return getattr(task.get_coro(), "__qualname__", "") == STATUS_WAIT
 
 
 class LiveStreams:
