@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tenure
-from _common import SMOKE_HELP, Smoke, each
+from _common import SMOKE_HELP, SMOKE_TTL, Smoke, each
 from tenure.stores.redis.server import RedisServer
 from tenure_tools.celery_nodes import CeleryNodes, Tick, fail_over, read_ticks, wait_until
 
@@ -173,7 +173,7 @@ def main() -> int:
     args = parser.parse_args()
     smoke = Smoke() if args.smoke else None
     # A smoke run: one TTL (each runs the same code), one kill, one tick where three are awaited.
-    ttls, kills, ticks = ([2.0], 1, 1) if smoke else (args.ttl, args.kills, 3)
+    ttls, kills, ticks = ([SMOKE_TTL], 1, 1) if smoke else (args.ttl, args.kills, 3)
 
     def tenure_run(ttl: float) -> Outcome:
         with tempfile.TemporaryDirectory() as tmp, RedisServer() as redis:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import tenure
-from _common import SMOKE_HELP, Smoke, fan_out
+from _common import SMOKE_HELP, SMOKE_TTL, Smoke, fan_out
 from tenure.chaos.runner import endpoints, with_endpoints
 from tenure.fence import SQLFence
 from tenure.stores.etcd.server import EtcdCluster
@@ -210,7 +210,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke and not args.only:
         return fan_out(__file__, SMOKE_PARTS)
-    rounds, ttl, hows = 1 if args.smoke else args.rounds, args.ttl, args.how or HOWS
+    rounds, hows = 1 if args.smoke else args.rounds, args.how or HOWS
+    ttl = SMOKE_TTL if args.smoke else args.ttl
     smoke = Smoke() if args.smoke else None
     tmp = Path(tempfile.mkdtemp(prefix="bench-election-"))
     resource = str(tmp / "resource.db")

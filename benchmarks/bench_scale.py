@@ -52,6 +52,7 @@ import anyio
 
 from _common import (
     SMOKE_STORES_HELP,
+    SMOKE_TTL,
     BenchError,
     Child,
     Smoke,
@@ -76,7 +77,6 @@ CASES = ("hold", "waiters", "observe", "rebalance")
 SIZES = {"hold": [1, 100, 1000, 10000], "waiters": [1, 10, 100, 1000], "observe": [1, 10, 100]}
 SMOKE_SIZES = {"hold": [1, 3], "waiters": [1, 3], "observe": [1, 2]}
 TTL = 3.0
-SMOKE_TTL = 2.0
 PARTITIONS = 64
 FIRST_MEMBERS = 3
 MEMORY_TARGET_B = 10_000

@@ -56,6 +56,7 @@ from typing import Any, Protocol
 from _common import (
     SMOKE_SETTLE_S,
     SMOKE_STORES_HELP,
+    SMOKE_TTL,
     BenchError,
     Child,
     Smoke,
@@ -873,7 +874,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handoff_hold_s=0.05 if smoke else args.handoff_hold_ms / 1e3,
         handoff_seconds=args.handoff_seconds or (0.5 if smoke else 2.0 if quick else 6.0),
         failover_trials=args.failover_trials or (1 if quick or smoke else 3),
-        failover_ttl=args.failover_ttl,
+        failover_ttl=SMOKE_TTL if smoke else args.failover_ttl,
         warm_up_s=SMOKE_SETTLE_S if smoke else 2.0 if quick else 5.0,
         quick=quick,
         root=root,

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 from _common import (
     SMOKE_HELP,
     SMOKE_SETTLE_S,
+    SMOKE_TTL,
     BenchError,
     Child,
     Smoke,
@@ -336,7 +337,7 @@ def worker_failover(cfg: dict[str, Any]) -> dict[str, Any]:
     with tenure.connect(url, lock_delay=cfg["lock_delay"]) as client:
         if cfg["role"] == "waiter":
             emit("asking")
-        lease = client.lock(LOCK_NAME, ttl=FAILOVER_TTL).acquire()
+        lease = client.lock(LOCK_NAME, ttl=cfg["ttl"]).acquire()
         got = time.monotonic()
         if cfg["role"] == "holder":
             emit(f"held {got!r}")
@@ -378,6 +379,7 @@ class Settings:
     hold_s: float
     contend_seconds: float
     idle_hold_s: float
+    failover_ttl: float
     root: Path
     smoke: bool = False  # variants side by side, waiters settle for SMOKE_SETTLE_S
 
@@ -493,14 +495,15 @@ class Bench:
         import tenure
 
         asked = FAILOVER_DELAYS[variant]
-        delay = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
+        ttl = self.s.failover_ttl
+        delay = tenure.Timing(ttl, lock_delay=asked).lock_delay
         times = []
         for _ in range(trials):
             workdir = self.fresh_dir(f"failover-{variant}")
-            config = {"variant": variant, "dir": str(workdir), "lock_delay": asked}
+            config = {"variant": variant, "dir": str(workdir), "lock_delay": asked, "ttl": ttl}
             settle = SMOKE_SETTLE_S if self.s.smoke else 1.0
             times.append(failover_trial(__file__, config, workdir, settle=settle))
-        return {"variant": variant, "ttl_s": FAILOVER_TTL, "lock_delay_s": delay, "trials": times}
+        return {"variant": variant, "ttl_s": ttl, "lock_delay_s": delay, "trials": times}
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -693,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hold_s=args.hold_ms / 1e3,
         contend_seconds=args.contend_seconds or (0.5 if smoke else 3.0 if quick else 10.0),
         idle_hold_s=args.idle_seconds or (0.3 if smoke else 2.0 if quick else 5.0),
+        failover_ttl=SMOKE_TTL if smoke else FAILOVER_TTL,
         root=root,
         smoke=smoke,
     )
@@ -766,7 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             idles,
         ),
         "failover": (
-            f"\n== 4. fail-over: SIGKILL the holder (TTL {FAILOVER_TTL:g} s), time to the "
+            f"\n== 4. fail-over: SIGKILL the holder (TTL {s.failover_ttl:g} s), time to the "
             "waiter's grant; tenure-sync: the default lock-delay, -nodelay: lock_delay=0 ==",
             failovers,
         ),

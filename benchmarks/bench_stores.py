@@ -51,6 +51,7 @@ from typing import Any, Protocol
 from _common import (
     SMOKE_SETTLE_S,
     SMOKE_STORES_HELP,
+    SMOKE_TTL,
     BenchError,
     Child,
     Refresher,
@@ -301,7 +302,8 @@ class Etcd3gwLock:
         self.timeouts = 0
         host, port = first_endpoint(cfg)
         self._client = etcd3gw.client(host=host, port=port)
-        self._lock = self._client.lock(id=f"{cfg['ns']}/{LOCK_NAME}", ttl=int(cfg["ttl"]))
+        self._ttl = int(cfg["ttl"])
+        self._lock = self._client.lock(id=f"{cfg['ns']}/{LOCK_NAME}", ttl=self._ttl)
         self._refresher: Refresher | None = None
 
     def acquire(self) -> None:
@@ -312,7 +314,7 @@ class Etcd3gwLock:
         self._lock.release()
 
     def keep(self) -> None:
-        self._refresher = Refresher(self._lock.refresh, FAILOVER_TTL)
+        self._refresher = Refresher(self._lock.refresh, self._ttl)
         self._refresher.start()
 
     def close(self) -> None:
@@ -361,7 +363,8 @@ class Etcd3Lock:
         self.timeouts = 0
         host, port = first_endpoint(cfg)
         self._client = etcd3.client(host=host, port=port)
-        self._lock = self._client.lock(f"{cfg['ns']}-{LOCK_NAME}", ttl=int(cfg["ttl"]))
+        self._ttl = int(cfg["ttl"])
+        self._lock = self._client.lock(f"{cfg['ns']}-{LOCK_NAME}", ttl=self._ttl)
         self._refresher: Refresher | None = None
 
     def acquire(self) -> None:
@@ -374,7 +377,7 @@ class Etcd3Lock:
         self._lock.release()
 
     def keep(self) -> None:
-        self._refresher = Refresher(self._lock.refresh, FAILOVER_TTL)
+        self._refresher = Refresher(self._lock.refresh, self._ttl)
         self._refresher.start()
 
     def close(self) -> None:
@@ -457,7 +460,7 @@ class AetcdLock:
 
         async def refresh() -> None:
             while True:
-                await asyncio.sleep(FAILOVER_TTL / 3)
+                await asyncio.sleep(float(self._cfg["ttl"]) / 3)
                 with contextlib.suppress(Exception):
                     await self._lock.refresh()
 
@@ -829,6 +832,7 @@ class Settings:
     hold_s: float
     contend_seconds: float
     failover_trials: int
+    failover_ttl: float
     root: Path
     smoke: bool = False  # variants side by side, a short warm-up, waiters settle briefly
 
@@ -1093,6 +1097,7 @@ class Bench:
     # part 3 ------------------------------------------------------------------------------------
 
     def failover(self, variant: str) -> dict[str, Any]:
+        ttl = self.s.failover_ttl
         trials: list[dict[str, float]] = []
         delay: dict[str, Any] = {}
         if variant in TENURE_FAILOVER:
@@ -1100,14 +1105,14 @@ class Bench:
 
             asked = 0.0 if variant == "tenure-sync-nodelay" else None  # None: the default
             delay = {"lock_delay": asked}
-            delay["lock_delay_s"] = tenure.Timing(FAILOVER_TTL, lock_delay=asked).lock_delay
+            delay["lock_delay_s"] = tenure.Timing(ttl, lock_delay=asked).lock_delay
         for _ in range(self.s.failover_trials):
             workdir = self.log(f"failover-{variant}")
-            config = self.server.config(variant, ttl=FAILOVER_TTL, heart=True, **delay)
+            config = self.server.config(variant, ttl=ttl, heart=True, **delay)
             settle = SMOKE_SETTLE_S if self.s.smoke else 1.0
             trials.append(failover_trial(__file__, config, workdir, self.env(variant), settle))
             self.clean()
-        return {"variant": variant, "ttl_s": FAILOVER_TTL, "trials": trials, **delay}
+        return {"variant": variant, "ttl_s": ttl, "trials": trials, **delay}
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -1388,7 +1393,7 @@ def bench_store(
                 contend,
             ),
             "failover": (
-                f"\n== {store} 3. fail-over: SIGKILL the holder (TTL {FAILOVER_TTL:g} s, holders "
+                f"\n== {store} 3. fail-over: SIGKILL the holder (TTL {s.failover_ttl:g} s, holders "
                 f"of lease-per-lock libraries refresh every TTL/3), time to the waiter's grant ==",
                 failover,
             ),
@@ -1442,6 +1447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hold_s=args.hold_ms / 1e3,
         contend_seconds=args.contend_seconds or (0.5 if smoke else 3.0 if quick else 10.0),
         failover_trials=args.failover_trials or (1 if quick or smoke else 3),
+        failover_ttl=SMOKE_TTL if smoke else FAILOVER_TTL,
         root=root,
         smoke=smoke,
     )
