@@ -23,7 +23,7 @@ from plugin_redis import fresh_prefix, redlock_healthy
 from tenure import InvalidArgument, StoreUnavailable
 from tenure._url import open_store
 from tenure.stores._clockshift import CLOCKSHIFT_FILE, clockshift_library
-from tenure.stores._spi import Busy, Grant, Session, Store
+from tenure.stores._spi import Busy, Grant, Revocation, Session, Store
 from tenure.stores.redis import RedisStore, RedlockStore
 from tenure.stores.redis.server import RedisServer
 from tenure.stores.redis.session import RedisSession, RedisTicket
@@ -134,6 +134,66 @@ async def test_a_waiter_whose_session_died_is_skipped(
     finally:
         for session in (holder, dead, alive):
             await store.close_session(session)
+
+
+async def test_a_clients_waiters_share_one_blocking_connection(
+    redis_store_url: str, redis_server: RedisServer
+) -> None:
+    """Twenty waiters of one client (one session) block on one connection, not one each, and
+    each is handed the lock in turn by its push."""
+
+    def popping() -> int:
+        return redis_server.command("CLIENT", "LIST").count(" cmd=blpop ")
+
+    before = popping()
+    async with tenure.connect_async(redis_store_url) as holding:
+        lease = await holding.lock("shared", ttl=10).acquire()
+        async with tenure.connect_async(redis_store_url) as client:
+            order: list[int] = []
+
+            async def wait_for_it(i: int) -> None:
+                got = await client.lock("shared", ttl=10).acquire()
+                order.append(got.token)
+                await got.release()
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    for i in range(20):
+                        tg.start_soon(wait_for_it, i)
+                    while not (infos := await holding.locks("shared")) or infos[0].waiters < 20:
+                        await anyio.sleep(0.02)
+                    await anyio.sleep(0.2)  # every waiter is in its wait, not between calls
+                    assert popping() - before == 1
+                    await lease.release()
+            assert order == list(range(lease.token + 1, lease.token + 21))
+
+
+async def test_a_hand_over_revoked_before_its_waiter_read_it_is_not_taken(
+    store: RedisStore, redis_server: RedisServer
+) -> None:
+    """A waiter takes a pushed token without asking again, so a push whose grant ended before
+    the waiter read it (revoked here) is taken back with the grant."""
+    holder = await store.open_session(10, OWNER)
+    waiter = await store.open_session(10, OWNER)
+    wake_list = f"{store.prefix}:w:{waiter.id}"  # type: ignore[attr-defined]
+    try:
+        token = await grant(store, holder, "stale")
+        busy = await store.attempt(waiter, "stale", None, True)
+        assert isinstance(busy, Busy) and isinstance(busy.ticket, RedisTicket)
+        await store.release(holder, "stale", token)  # handed to the waiter; nobody reads yet
+        assert redis_server.command("LLEN", wake_list) == "1"
+        record = Revocation("stale", 0, OWNER, "test", time.time(), "stale push", now=True)
+        revoked = await store.revoke("stale", token + 1, record)
+        assert revoked is not None and revoked.token == token + 1
+        assert redis_server.command("LLEN", wake_list) == "0"
+        with anyio.move_on_after(0.5):
+            await store.wait(busy.ticket, busy, 0.5)
+        assert busy.ticket.handed is None
+        again = await store.attempt(waiter, "stale", busy.ticket, True)
+        assert isinstance(again, Grant) and again.token == token + 2
+    finally:
+        await store.close_session(holder)
+        await store.close_session(waiter)
 
 
 async def test_a_busy_attempt_that_will_not_wait_leaves_no_trace(

@@ -29,6 +29,7 @@ from ..._values import LockDelay, LockInfo, Revocation
 from .._connect import scrub, tls_failure
 from .._kit import Unavailable, parse_owner, parse_revocation
 from .url import RedisURL
+from .wakeups import WakeUps
 
 CALL_TIMEOUT = 5.0
 """Seconds one call may take (redis-py's socket timeout, set explicitly: blocking reads use a
@@ -38,9 +39,9 @@ CONNECTIONS = 100
 its timeout, instead of failing with "Too many connections" (a thousand waiters of one client
 all asking at once)."""
 WAITING_CONNECTIONS = 10_000
-"""Connections for blocking reads (a waiter's hand-over, a watch): one each, since a waiter
-without one would see its hand-over only when its nap ends. Past it a read waits for a free
-one until its nap ends. (The server's own default limit is 10,000 clients.)"""
+"""Connections for blocking reads: one per session with waiters (`WakeUps`) and one per watch
+waiting for an event. Past it a read waits for a free one. (The server's own default limit is
+10,000 clients.)"""
 EVENTS_KEPT = 100
 SCRIPT = (
     (files(__package__) / "lua" / "tenure.lua")
@@ -199,6 +200,7 @@ class Instance:
             closed_hint=closed_hint,
         )
         self._failing = (redis_errors.RedisError, OSError, TimeoutError)
+        self.wake_ups = WakeUps(self.blocking, lambda sid: self.key("w", sid), self._failing)
 
     def key(self, kind: str, ident: str) -> str:
         return f"{self.prefix}:{kind}:{ident}"
@@ -238,18 +240,10 @@ class Instance:
         revoked = revocation_of(record, token) if kept == str(token) else None
         return LockDelay(name, token, int(row[1]) / 1000, revoked)
 
-    async def pop_wake(self, rid: str, timeout: float) -> str | None:
-        """The token a hand-over pushed to this waiter, waiting up to ``timeout`` seconds (None:
-        nothing came). Errors are not raised: the caller's next call reports them."""
-        if timeout < 0.001:
-            return None
-        try:
-            with anyio.move_on_after(timeout + 1.0):  # a stuck server must not hold us longer
-                got = await self.blocking.blpop([self.key("w", rid)], timeout=timeout)
-                return None if got is None else str(got[1])
-        except (redis_errors.RedisError, OSError):
-            await anyio.sleep(min(timeout, 0.1))
-        return None
+    async def pop_wake(self, rid: str) -> str | None:
+        """The token a hand-over pushed for the request ``rid``, once it comes (None: the read
+        failed; the caller's next call reports why). The caller's cancel scope ends the wait."""
+        return await self.wake_ups.pop(rid)
 
     async def last_event(self, name: str) -> str:
         """The id of the last event of ``name`` (``0-0``: none yet)."""
@@ -276,6 +270,7 @@ class Instance:
         return [(str(ident), dict(fields)) for ident, fields in answer[0][1]]
 
     async def aclose(self) -> None:
+        await self.wake_ups.aclose()
         for client in (self.client, self.blocking):
             with contextlib.suppress(redis_errors.RedisError, OSError):
                 await client.aclose()

@@ -67,7 +67,6 @@ class RedlockStore(Store, Elections):
     as one Redis."""
 
     scheme: ClassVar[str] = "redlock"
-    times_its_wait: ClassVar[bool] = True  # BLPOP, timed by the servers
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",
         machines="many",
@@ -298,7 +297,7 @@ class RedlockStore(Store, Elections):
         async with anyio.create_task_group() as tg:
 
             async def one(instance: Instance) -> None:
-                if await instance.pop_wake(ticket.rid, timeout) is not None:
+                if await instance.pop_wake(ticket.rid) is not None:
                     tg.cancel_scope.cancel()  # a hand-over on any server: attempt again
 
             for instance in self.instances:

@@ -56,7 +56,6 @@ class RedisStore(Store, Elections, Records, Revocations):
     a lock and its counter."""
 
     scheme: ClassVar[str] = "redis"
-    times_its_wait: ClassVar[bool] = True  # BLPOP, timed by the server
     capabilities: ClassVar[Capabilities] = Capabilities(
         grade="efficiency",
         machines="many",
@@ -155,7 +154,7 @@ class RedisStore(Store, Elections, Records, Revocations):
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         assert isinstance(ticket, RedisTicket)
-        token = await self.instance.pop_wake(ticket.rid, timeout)
+        token = await self.instance.pop_wake(ticket.rid)  # ended by the caller at ``timeout``
         if token is not None:
             ticket.handed = int(token)
 

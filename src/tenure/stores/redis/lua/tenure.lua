@@ -48,7 +48,6 @@ local function grant(name, sid, rid, score, floor)
   redis.call('pexpire', l, ms)
   if d > 0 then redis.call('set', key('h', name), t, 'PX', ms + d)
   else redis.call('del', key('h', name)) end
-  redis.call('del', key('w', rid))
   note(name, {'t', t, 's', sid, 'o', owner})
   return t
 end
@@ -66,16 +65,24 @@ local function first(name)
 end
 
 -- The lock is free: grant it to the first live waiter and wake that waiter only (not while
--- held back: then the first waiter to ask again after the delay hands it over).
+-- held back: then the first waiter to ask again after the delay hands it over). The wake-up
+-- goes to the waiter's session's list, which one reader of that session pops for all its
+-- waiters: '<rid> <token>'.
 local function hand_over(name)
   if held_back(name) > 0 then return end
   local rid, sid, score = first(name)
   if not rid then return end
   redis.call('zrem', key('q', name), rid)
   local t = grant(name, sid, rid, score, 0)
-  local w = key('w', rid)
-  redis.call('rpush', w, t)
+  local w = key('w', sid)
+  redis.call('rpush', w, rid .. ' ' .. t)
   redis.call('pexpire', w, math.max(1, left(sid)))
+end
+
+-- A grant handed to rid is gone before rid took it: its wake-up must not reach a later wait of
+-- the same request (a waiter takes a pushed token without asking again).
+local function unpush(sid, rid, t)
+  redis.call('lrem', key('w', sid), 0, rid .. ' ' .. t)
 end
 
 -- A queue score after every score in the queue (server time in µs).
@@ -147,6 +154,7 @@ elseif op == 'revoke' then  -- name token ('': any) now record: end the grant, h
   -- now, held back for the session's time left plus its lock-delay, as after an expiry.
   redis.call('del', key('l', name))
   involve(sid, name, -1)
+  unpush(sid, h[3], t)
   if ARGV[5] == '1' then
     redis.call('del', key('h', name), key('x', name))
   else
@@ -170,7 +178,10 @@ elseif op == 'attempt' then  -- sid name rid enqueue score floor
   if not alive(sid) then return {'gone'} end
   local q = key('q', name)
   local h = holder(name)
-  if h and h[3] == rid then return {'granted', h[2], h[4]} end
+  if h and h[3] == rid then  -- handed to us: its wake-up, if not read yet, is spent
+    unpush(sid, rid, h[2])
+    return {'granted', h[2], h[4]}
+  end
   local back = 0
   if not h then back = held_back(name) end
   if not h and back == 0 then
@@ -217,9 +228,9 @@ elseif op == 'leave' then  -- sid name rid score: leave the queue, or ('' score)
   if h[1] == rid then  -- handed to us as we gave up: pass it on
     redis.call('del', l, key('h', name))
     note(name, {'was', h[2]})
+    unpush(sid, rid, h[2])
     was = true
   end
-  redis.call('del', key('w', rid))
   if requeue then
     queue(sid, q, score, rid)
     if not was then involve(sid, name, 1) end
