@@ -22,6 +22,9 @@ import anyio
 
 READ_S = 1.0
 """Seconds one ``BLPOP`` blocks: a reader whose last waiter left ends this long after at most."""
+SILENT_S = READ_S + 5.0
+"""A ``BLPOP`` unanswered this long (a stuck server, a dead link) ends the reader: its waiters
+attempt again, and the next wait reads on a new connection."""
 ERROR_PAUSE_S = 0.1
 """After a failed read its waiters are woken this much later (they attempt again, and their
 call reports the error): no tight loop against a server that is down."""
@@ -66,7 +69,8 @@ class WakeUps:
         key = self._key(sid)
         try:
             while reader.waiting:
-                got = await self._blocking.blpop([key], timeout=READ_S)
+                with anyio.fail_after(SILENT_S):
+                    got = await self._blocking.blpop([key], timeout=READ_S)
                 if got is None:
                     continue
                 rid, _, token = str(got[1]).partition(" ")
