@@ -22,6 +22,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Two halves of about equal length for README's test command (``-n 2 --dist loadgroup``):
+    the chaos suite on one worker, everything else on the other, each half one test at a time
+    as before. The chaos runs spend most of their time waiting (a fifth of the two cores between
+    them), and each worker starts its own servers, so a chaos run's faults (a paused or killed
+    server, a cut link) never reach the other half's tests."""
+    for item in items:
+        half = "chaos" if item.nodeid.startswith("tests/chaos/") else "rest"
+        item.add_marker(pytest.mark.xdist_group(half))
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole session; connect with ``postgres.dsn``.
