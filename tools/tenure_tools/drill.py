@@ -46,11 +46,13 @@ from tenure.chaos.history import NEMESIS, Accepted, Event, Finding, ResourceLog,
 from tenure.chaos.resource import PARTITION
 from tenure.stores.postgres.server import PostgresServer
 
-from .drill_cluster import DrillCluster, Store
+from .drill_cluster import DrillCluster, PortsMoved, Store
 from .drill_worker import FENCE, GROUP, member_id, partitions
 from .fabric import Fabric
 
 Mode = Literal["kill", "cut"]
+START_TRIES = 3
+"""Starts of the store's members on fresh ports before the drill gives up (`start_cluster`)."""
 SCHEMA = """
     CREATE TABLE requests (
         id bigserial PRIMARY KEY, partition text NOT NULL,
@@ -150,15 +152,7 @@ class Drill:
                 conn.execute(SCHEMA)
                 FENCE.ensure_table(conn)
             c = self.config
-            self.fabric = stack.enter_context(Fabric(c.servers)) if c.mode == "cut" else None
-            shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
-            self.cluster = DrillCluster(c.store, c.servers, shm if shm.is_dir() else None)
-            stack.callback(self.cluster.close)
-            if self.fabric is not None:  # before they start: every connection is marked
-                for i, member in enumerate(self.cluster.members):
-                    self.fabric.serve(i, *self.cluster.ports(i))
-                    member.group = self.fabric.group(i)
-            self.cluster.start()
+            self.start_cluster(stack)
             self.store_urls = [self.cluster.url(first=w) for w in range(c.servers)]
             stack.callback(self.stop_workers)
             for i in range(self.config.servers):
@@ -166,6 +160,32 @@ class Drill:
                 time.sleep(0.3)  # not all at once: the warm-up is not what is measured
             self.wait_settled()
             return self.drive()
+
+    def start_cluster(self, stack: ExitStack) -> None:
+        """The store's members started, and for a cut the fabric marking their ports, both
+        closed with ``stack``. The ports are chosen free before the start: if another process
+        took one meanwhile (a test worker beside this one), the member moves and the fabric's
+        marks would name the other process's port: all is made again, on new ports."""
+        c = self.config
+        shm = Path("/dev/shm")  # seven members on one disk would queue behind its fsyncs
+        for attempt in range(1, START_TRIES + 1):
+            with ExitStack() as trial:
+                fabric = trial.enter_context(Fabric(c.servers)) if c.mode == "cut" else None
+                cluster = DrillCluster(c.store, c.servers, shm if shm.is_dir() else None)
+                trial.callback(cluster.close)
+                if fabric is not None:  # before they start: every connection is marked
+                    for i, member in enumerate(cluster.members):
+                        fabric.serve(i, *cluster.ports(i))
+                        member.group = fabric.group(i)
+                try:
+                    cluster.start()
+                except PortsMoved:
+                    if attempt == START_TRIES:
+                        raise
+                    continue  # the trial's end closes both
+                self.fabric, self.cluster = fabric, cluster
+                stack.enter_context(trial.pop_all())
+                return
 
     def start_worker(self, server: int) -> None:
         c = self.config

@@ -17,6 +17,10 @@ STORES: tuple[Store, ...] = tuple(
 )  # the stores whose launcher starts a cluster of several members (the registry says which)
 
 
+class PortsMoved(RuntimeError):
+    """A member started on other ports than it was given (another process took one first)."""
+
+
 class DrillCluster:
     """``servers`` members of ``store`` with their data under ``data_root``. etcd runs with
     its own default timing (heartbeat 100 ms, election 1 s) and pre-vote, so that a member cut
@@ -55,7 +59,7 @@ class DrillCluster:
         before = [self.ports(i) for i in range(len(self.members))]
         self.group.start()
         if [self.ports(i) for i in range(len(self.members))] != before:
-            raise RuntimeError(f"{self.store} moved to other ports at start; run the drill again")
+            raise PortsMoved(f"{self.store} moved to other ports at start")
 
     def close(self) -> None:
         self.group.close()
