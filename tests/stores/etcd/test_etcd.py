@@ -203,7 +203,9 @@ async def test_a_clients_waiters_share_one_watch_stream(
                         await lease.release()
 
                 tg.start_soon(wait)
-                await anyio.sleep(0.02)  # queued in this order
+                with anyio.fail_after(10):  # queued in this order (awaited, not assumed)
+                    while not (infos := await holder.locks("crowd")) or infos[0].waiters <= index:
+                        await anyio.sleep(0.01)
             with anyio.fail_after(10):
                 while watching(etcd_cluster)[1] - before[1] < count:
                     await anyio.sleep(0.05)

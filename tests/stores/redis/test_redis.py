@@ -151,18 +151,20 @@ async def test_a_clients_waiters_share_one_blocking_connection(
         async with tenure.connect_async(redis_store_url) as client:
             order: list[int] = []
 
-            async def wait_for_it(i: int) -> None:
+            async def wait_for_it() -> None:
                 got = await client.lock("shared", ttl=10).acquire()
                 order.append(got.token)
                 await got.release()
 
             with anyio.fail_after(20):
                 async with anyio.create_task_group() as tg:
-                    for i in range(20):
-                        tg.start_soon(wait_for_it, i)
+                    for _ in range(20):
+                        tg.start_soon(wait_for_it)
                     while not (infos := await holding.locks("shared")) or infos[0].waiters < 20:
                         await anyio.sleep(0.02)
-                    await anyio.sleep(0.2)  # every waiter is in its wait, not between calls
+                    while popping() == before:  # the reader's BLPOP is out (awaited, not assumed)
+                        await anyio.sleep(0.02)
+                    await anyio.sleep(0.2)  # room for more: one a waiter, on the old script
                     assert popping() - before == 1
                     await lease.release()
             assert order == list(range(lease.token + 1, lease.token + 21))

@@ -201,6 +201,7 @@ class Instance:
         )
         self._failing = (redis_errors.RedisError, OSError, TimeoutError)
         self.wake_ups = WakeUps(self.blocking, lambda sid: self.key("w", sid), self._failing)
+        """The hand-overs pushed to this client's sessions (a waiter's ``wait``)."""
 
     def key(self, kind: str, ident: str) -> str:
         return f"{self.prefix}:{kind}:{ident}"
@@ -239,11 +240,6 @@ class Instance:
         kept, _, record = str(row[2] or "").partition(" ")  # a revocation's: "<token> <json>"
         revoked = revocation_of(record, token) if kept == str(token) else None
         return LockDelay(name, token, int(row[1]) / 1000, revoked)
-
-    async def pop_wake(self, rid: str) -> str | None:
-        """The token a hand-over pushed for the request ``rid``, once it comes (None: the read
-        failed; the caller's next call reports why). The caller's cancel scope ends the wait."""
-        return await self.wake_ups.pop(rid)
 
     async def last_event(self, name: str) -> str:
         """The id of the last event of ``name`` (``0-0``: none yet)."""

@@ -297,7 +297,7 @@ class RedlockStore(Store, Elections):
         async with anyio.create_task_group() as tg:
 
             async def one(instance: Instance) -> None:
-                if await instance.pop_wake(ticket.rid) is not None:
+                if await instance.wake_ups.pop(ticket.rid) is not None:
                     tg.cancel_scope.cancel()  # a hand-over on any server: attempt again
 
             for instance in self.instances:

@@ -154,7 +154,7 @@ class RedisStore(Store, Elections, Records, Revocations):
 
     async def wait(self, ticket: object, busy: Busy, timeout: float) -> None:
         assert isinstance(ticket, RedisTicket)
-        token = await self.instance.pop_wake(ticket.rid)  # ended by the caller at ``timeout``
+        token = await self.instance.wake_ups.pop(ticket.rid)  # ended by the caller at ``timeout``
         if token is not None:
             ticket.handed = int(token)
 
